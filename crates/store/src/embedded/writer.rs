@@ -1,0 +1,471 @@
+//! The single writer of the embedded store, with group commit.
+//!
+//! Every write goes through one thread. It takes the first waiting command,
+//! then every other one already queued (up to a batch limit), applies them in
+//! one redb write transaction — each successful write takes the next revision —
+//! commits with one fsync, publishes the batch's events to the watchers, and
+//! only then acknowledges each writer. Concurrent writers therefore share one
+//! fsync, and watchers see revisions in order without gaps.
+//!
+//! Compaction runs on the same thread in bounded chunks between write
+//! batches, so it never holds writers up for long.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use redb::{ReadableTable, Table, WriteTransaction};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::Shared;
+use super::codec::{
+    COMPACT_REVISION, COMPACTED_UPTO, INDEX, LATEST, LOG, META, REVISION, decode_latest,
+    decode_log, encode_delete, encode_latest, encode_put, is_delete,
+};
+use super::context::Context;
+use super::read::deleted_kv;
+use crate::{Deleted, Error, Event, EventKind, KeyValue, Result};
+
+/// Log records removed per compaction transaction.
+const COMPACTION_CHUNK: u64 = 4096;
+
+/// One write asked of the store.
+#[derive(Debug)]
+pub(crate) enum WriteOp {
+    Create {
+        key: Bytes,
+        value: Bytes,
+    },
+    Update {
+        key: Bytes,
+        value: Bytes,
+        expected: u64,
+    },
+    Delete {
+        key: Bytes,
+        expected: Option<u64>,
+    },
+}
+
+/// What a successful write returns.
+#[derive(Debug)]
+pub(crate) enum Written {
+    Put(KeyValue),
+    Deleted(Deleted),
+}
+
+#[derive(Debug)]
+pub(crate) enum Command {
+    Write {
+        op: WriteOp,
+        reply: oneshot::Sender<Result<Written>>,
+    },
+    Compact {
+        revision: u64,
+        reply: oneshot::Sender<Result<()>>,
+    },
+}
+
+/// The events of one committed batch, shared by every watcher.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    /// The batch's last revision.
+    pub last: u64,
+    pub events: Vec<Event>,
+}
+
+type Reply = oneshot::Sender<Result<Written>>;
+
+pub(crate) struct Writer {
+    shared: Arc<Shared>,
+    commands: mpsc::Receiver<Command>,
+    events: broadcast::Sender<Arc<Batch>>,
+    max_batch: usize,
+    revision: u64,
+    /// Log records below this revision have been compacted on disk.
+    compacted_upto: u64,
+    compaction: Option<PendingCompaction>,
+}
+
+struct PendingCompaction {
+    target: u64,
+    replies: Vec<oneshot::Sender<Result<()>>>,
+}
+
+/// The open tables of one write transaction.
+struct Tables<'t> {
+    latest: Table<'t, &'static [u8], &'static [u8]>,
+    log: Table<'t, u64, &'static [u8]>,
+    index: Table<'t, (&'static [u8], u64), ()>,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        commands: mpsc::Receiver<Command>,
+        events: broadcast::Sender<Arc<Batch>>,
+        max_batch: usize,
+        compacted_upto: u64,
+    ) -> Self {
+        let revision = shared.revision.load(Ordering::SeqCst);
+        let compacted = shared.compacted.load(Ordering::SeqCst);
+        // A compaction that a crash interrupted resumes where it stopped.
+        let compaction = (compacted_upto < compacted).then(|| PendingCompaction {
+            target: compacted,
+            replies: Vec::new(),
+        });
+        Writer {
+            shared,
+            commands,
+            events,
+            max_batch,
+            revision,
+            compacted_upto,
+            compaction,
+        }
+    }
+
+    /// Runs until every sender of commands is gone.
+    pub(crate) fn run(mut self) {
+        loop {
+            let first = if self.compaction.is_some() {
+                match self.commands.try_recv() {
+                    Ok(command) => Some(command),
+                    Err(mpsc::error::TryRecvError::Empty) => None,
+                    Err(mpsc::error::TryRecvError::Disconnected) => return,
+                }
+            } else {
+                match self.commands.blocking_recv() {
+                    Some(command) => Some(command),
+                    None => return,
+                }
+            };
+            let mut writes = Vec::new();
+            if let Some(command) = first {
+                self.accept(command, &mut writes);
+                while writes.len() < self.max_batch {
+                    match self.commands.try_recv() {
+                        Ok(command) => self.accept(command, &mut writes),
+                        Err(_) => break,
+                    }
+                }
+            }
+            if !writes.is_empty() {
+                self.commit(writes);
+            }
+            if self.compaction.is_some() {
+                self.compaction_step();
+            }
+        }
+    }
+
+    fn accept(&mut self, command: Command, writes: &mut Vec<(WriteOp, Reply)>) {
+        match command {
+            Command::Write { op, reply } => writes.push((op, reply)),
+            Command::Compact { revision, reply } => {
+                let result = self.start_compaction(revision);
+                match (result, &mut self.compaction) {
+                    (Ok(()), Some(pending)) => pending.replies.push(reply),
+                    (result, _) => {
+                        let _ = reply.send(result);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records the new compacted revision, after which reads below it fail;
+    /// the history below it is removed by later compaction steps.
+    fn start_compaction(&mut self, revision: u64) -> Result<()> {
+        let compacted = self.shared.compacted.load(Ordering::SeqCst);
+        if revision <= compacted {
+            return Err(Error::Compacted {
+                compact_revision: compacted,
+            });
+        }
+        if revision > self.revision {
+            return Err(Error::FutureRevision {
+                requested: revision,
+                current: self.revision,
+            });
+        }
+        let txn = self.begin()?;
+        txn.open_table(META)
+            .ctx("open meta table")?
+            .insert(COMPACT_REVISION, revision)
+            .ctx("write compact revision")?;
+        txn.commit().ctx("commit compact revision")?;
+        self.shared.compacted.store(revision, Ordering::SeqCst);
+        let replies = self
+            .compaction
+            .take()
+            .map(|p| p.replies)
+            .unwrap_or_default();
+        self.compaction = Some(PendingCompaction {
+            target: revision,
+            replies,
+        });
+        Ok(())
+    }
+
+    fn begin(&self) -> Result<WriteTransaction> {
+        let mut txn = self.shared.db.begin_write().ctx("begin write")?;
+        // Recording the allocator state with every commit lets the store
+        // reopen after a crash without redb's full repair walk.
+        txn.set_quick_repair(true);
+        Ok(txn)
+    }
+
+    fn commit(&mut self, writes: Vec<(WriteOp, Reply)>) {
+        let start_revision = self.revision;
+        let mut events = Vec::with_capacity(writes.len());
+        let mut results = Vec::with_capacity(writes.len());
+        let outcome = self.begin().and_then(|txn| {
+            {
+                let mut tables = Tables {
+                    latest: txn.open_table(LATEST).ctx("open latest table")?,
+                    log: txn.open_table(LOG).ctx("open log table")?,
+                    index: txn.open_table(INDEX).ctx("open index table")?,
+                };
+                for (op, _) in &writes {
+                    results.push(self.apply(op, &mut tables, &mut events)?);
+                }
+                if self.revision != start_revision {
+                    txn.open_table(META)
+                        .ctx("open meta table")?
+                        .insert(REVISION, self.revision)
+                        .ctx("write revision")?;
+                }
+            }
+            txn.commit().ctx("commit")
+        });
+        if let Err(error) = outcome {
+            tracing::error!(%error, "embedded store: write batch failed");
+            self.revision = start_revision;
+            let message = error.to_string();
+            for (_, reply) in writes {
+                let _ = reply.send(Err(Error::Unavailable {
+                    context: message.clone(),
+                    source: None,
+                }));
+            }
+            return;
+        }
+        self.shared.revision.store(self.revision, Ordering::SeqCst);
+        if !events.is_empty() {
+            // No receiver is not an error: nobody watches.
+            let _ = self.events.send(Arc::new(Batch {
+                last: self.revision,
+                events,
+            }));
+        }
+        for ((_, reply), result) in writes.into_iter().zip(results) {
+            let _ = reply.send(result);
+        }
+    }
+
+    /// Applies one write inside the batch's transaction. The outer error is a
+    /// storage failure that fails the whole batch; the inner one is this
+    /// write's own (not found, conflict, ...), which takes no revision.
+    fn apply(
+        &mut self,
+        op: &WriteOp,
+        tables: &mut Tables<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<Result<Written>> {
+        let key = match op {
+            WriteOp::Create { key, .. }
+            | WriteOp::Update { key, .. }
+            | WriteOp::Delete { key, .. } => key,
+        };
+        let current = match tables.latest.get(key.as_ref()).ctx("read latest")? {
+            Some(record) => {
+                Some(
+                    decode_latest(key, record.value()).ok_or_else(|| Error::Unavailable {
+                        context: format!("corrupt record in table latest at key {key:?}"),
+                        source: None,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let check = |expected: Option<u64>| match &current {
+            None => Err(Error::NotFound),
+            Some(cur) if expected.is_some_and(|e| e != cur.mod_revision) => {
+                Err(Error::conflict(current.clone()))
+            }
+            Some(cur) => Ok(cur.clone()),
+        };
+        let revision = self.revision + 1;
+        let (event, written) = match op {
+            WriteOp::Create { key, value } => {
+                if current.is_some() {
+                    return Ok(Err(Error::AlreadyExists));
+                }
+                let kv = KeyValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                    create_revision: revision,
+                    mod_revision: revision,
+                    version: 1,
+                };
+                self.put(tables, &kv)?;
+                (
+                    Event {
+                        kind: EventKind::Created,
+                        kv: kv.clone(),
+                        prev: None,
+                    },
+                    Written::Put(kv),
+                )
+            }
+            WriteOp::Update {
+                key,
+                value,
+                expected,
+            } => {
+                let prev = match check(Some(*expected)) {
+                    Ok(prev) => prev,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let kv = KeyValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                    create_revision: prev.create_revision,
+                    mod_revision: revision,
+                    version: prev.version + 1,
+                };
+                self.put(tables, &kv)?;
+                (
+                    Event {
+                        kind: EventKind::Updated,
+                        kv: kv.clone(),
+                        prev: Some(prev),
+                    },
+                    Written::Put(kv),
+                )
+            }
+            WriteOp::Delete { key, expected } => {
+                let prev = match check(*expected) {
+                    Ok(prev) => prev,
+                    Err(e) => return Ok(Err(e)),
+                };
+                tables.latest.remove(key.as_ref()).ctx("remove latest")?;
+                tables
+                    .log
+                    .insert(revision, encode_delete(key).as_slice())
+                    .ctx("append log")?;
+                tables
+                    .index
+                    .insert((key.as_ref(), revision), ())
+                    .ctx("write index")?;
+                let event = Event {
+                    kind: EventKind::Deleted,
+                    kv: deleted_kv(key.clone(), revision),
+                    prev: Some(prev.clone()),
+                };
+                (event, Written::Deleted(Deleted { prev, revision }))
+            }
+        };
+        self.revision = revision;
+        events.push(event);
+        Ok(Ok(written))
+    }
+
+    fn put(&self, tables: &mut Tables<'_>, kv: &KeyValue) -> Result<()> {
+        let key = kv.key.as_ref();
+        tables
+            .latest
+            .insert(key, encode_latest(kv).as_slice())
+            .ctx("write latest")?;
+        tables
+            .log
+            .insert(kv.mod_revision, encode_put(kv).as_slice())
+            .ctx("append log")?;
+        tables
+            .index
+            .insert((key, kv.mod_revision), ())
+            .ctx("write index")?;
+        Ok(())
+    }
+
+    /// Removes one chunk of history below the compaction target: every
+    /// version of a key that a newer version at or below the target
+    /// supersedes, and every delete record below it.
+    fn compaction_step(&mut self) {
+        let Some(target) = self.compaction.as_ref().map(|p| p.target) else {
+            return;
+        };
+        let from = self.compacted_upto;
+        let to = target.min(from.saturating_add(COMPACTION_CHUNK));
+        let result = (|| -> Result<()> {
+            let txn = self.begin()?;
+            {
+                let mut log = txn.open_table(LOG).ctx("open log table")?;
+                let mut index = txn.open_table(INDEX).ctx("open index table")?;
+                let mut records = Vec::new();
+                for entry in log.range(from..to).ctx("range log")? {
+                    let (rev, record) = entry.ctx("range log")?;
+                    let rev = rev.value();
+                    let record_bytes = record.value();
+                    let key = decode_log(rev, record_bytes).map(|r| r.key().clone());
+                    if let Some(key) = key {
+                        records.push((rev, key, is_delete(record_bytes)));
+                    }
+                }
+                for (rev, key, deleted) in records {
+                    let older: Vec<u64> = index
+                        .range((key.as_ref(), 0)..(key.as_ref(), rev))
+                        .ctx("range index")?
+                        .map(|entry| entry.map(|(k, _)| k.value().1))
+                        .collect::<Result<_, _>>()
+                        .ctx("range index")?;
+                    for old in older {
+                        index.remove((key.as_ref(), old)).ctx("compact index")?;
+                        log.remove(old).ctx("compact log")?;
+                    }
+                    if deleted {
+                        index.remove((key.as_ref(), rev)).ctx("compact index")?;
+                        log.remove(rev).ctx("compact log")?;
+                    }
+                }
+            }
+            txn.open_table(META)
+                .ctx("open meta table")?
+                .insert(COMPACTED_UPTO, to)
+                .ctx("write compaction progress")?;
+            txn.commit().ctx("commit compaction")
+        })();
+        match result {
+            Ok(()) => {
+                self.compacted_upto = to;
+                if to >= target {
+                    for reply in self
+                        .compaction
+                        .take()
+                        .map(|p| p.replies)
+                        .unwrap_or_default()
+                    {
+                        let _ = reply.send(Ok(()));
+                    }
+                }
+            }
+            Err(error) => {
+                // The logical compaction stands; the history below it stays on
+                // disk until the next compaction retries the removal.
+                tracing::error!(%error, "embedded store: compaction step failed");
+                for reply in self
+                    .compaction
+                    .take()
+                    .map(|p| p.replies)
+                    .unwrap_or_default()
+                {
+                    let _ = reply.send(Err(Error::Unavailable {
+                        context: error.to_string(),
+                        source: None,
+                    }));
+                }
+            }
+        }
+    }
+}
