@@ -28,7 +28,8 @@ pub enum Error {
     /// The request itself is malformed (for example an empty key).
     #[error("invalid request: {0}")]
     InvalidArgument(String),
-    /// The data path holds something that is not a rudder store; it was left untouched.
+    /// The data path holds something that is not a rudder store, or a store
+    /// that is damaged; it was left untouched.
     #[error("{path}: {reason}; refusing to open it (the file was not modified)")]
     Foreign { path: String, reason: String },
     /// The backend could not serve the request (I/O failure, etcd unreachable,

@@ -9,7 +9,7 @@ mod writer;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,7 +82,6 @@ pub struct EmbeddedStore {
     events: broadcast::Sender<Arc<Batch>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
     progress_interval: Option<Duration>,
-    repaired: bool,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -105,12 +104,17 @@ impl EmbeddedStore {
             std::fs::create_dir_all(parent)
                 .map_err(|e| Error::unavailable(format!("create {}", parent.display()), e))?;
         }
-        let repaired = Arc::new(AtomicBool::new(false));
+        // Every commit records the allocator state (quick repair), so a store
+        // that crashed reopens as it is. A file that would need redb's repair
+        // walk is damaged: refuse it rather than rewrite it.
         let mut builder = Database::builder();
         builder.set_cache_size(config.cache_bytes);
-        let flag = repaired.clone();
-        builder.set_repair_callback(move |_| flag.store(true, Ordering::SeqCst));
+        builder.set_repair_callback(|session| session.abort());
         let db = builder.create(path).map_err(|e| match e {
+            redb::DatabaseError::RepairAborted => foreign(
+                path,
+                "the file is damaged (it would need a repair); back it up and restore",
+            ),
             redb::DatabaseError::DatabaseAlreadyOpen => Error::Unavailable {
                 context: format!("{}: already open in another process", path.display()),
                 source: None,
@@ -118,12 +122,11 @@ impl EmbeddedStore {
             redb::DatabaseError::UpgradeRequired(_) => {
                 foreign(path, "a redb file of another format version")
             }
+            redb::DatabaseError::Storage(redb::StorageError::Corrupted(reason)) => {
+                foreign(path, &format!("the file is damaged ({reason})"))
+            }
             other => Error::unavailable(format!("open {}", path.display()), other),
         })?;
-        let repaired = repaired.load(Ordering::SeqCst);
-        if repaired {
-            tracing::warn!(path = %path.display(), "embedded store was repaired on open");
-        }
         let meta = initialize(&db, path)?;
 
         let shared = Arc::new(Shared {
@@ -151,14 +154,7 @@ impl EmbeddedStore {
             events,
             writer: Mutex::new(Some(handle)),
             progress_interval: config.progress_interval,
-            repaired,
         })
-    }
-
-    /// Whether opening the file needed redb's repair walk (it never should:
-    /// every commit records what a reopen needs).
-    pub fn was_repaired(&self) -> bool {
-        self.repaired
     }
 
     /// Stops the writer after the queued writes and waits for it, so the file

@@ -1,0 +1,146 @@
+//! `rudder server`: opens the store and runs the control plane until
+//! SIGINT or SIGTERM.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use rudder_store::embedded::{EmbeddedConfig, EmbeddedStore};
+use rudder_store::etcd::{EtcdConfig, EtcdStore};
+use rudder_store::{CompactionPolicy, Compactor, Store};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// Where the server keeps its state: the embedded store (`DIR/db`),
+    /// certificates and the admin kubeconfig.
+    #[arg(long, env = "RUDDER_DATA_DIR", default_value = "/var/lib/rudder")]
+    pub data_dir: PathBuf,
+
+    /// `embedded` (the default: a store inside the server, under
+    /// DATA_DIR/db) or `etcd://host:port[,host:port...]`.
+    #[arg(long, env = "RUDDER_STORE", default_value = "embedded")]
+    pub store: String,
+
+    /// With an etcd store: the prefix of every key rudder writes.
+    #[arg(long, default_value = "")]
+    pub etcd_prefix: String,
+}
+
+/// The backend a `--store` value names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StoreChoice {
+    Embedded(PathBuf),
+    Etcd(EtcdConfig),
+}
+
+impl ServerArgs {
+    fn store_choice(&self) -> anyhow::Result<StoreChoice> {
+        if self.store == "embedded" {
+            return Ok(StoreChoice::Embedded(self.data_dir.join("db")));
+        }
+        let config = EtcdConfig::from_url(&self.store).with_context(|| {
+            format!(
+                "--store {}: expected `embedded` or etcd://host:port[,...]",
+                self.store
+            )
+        })?;
+        Ok(StoreChoice::Etcd(
+            config.with_prefix(self.etcd_prefix.as_bytes()),
+        ))
+    }
+}
+
+async fn open_store(choice: StoreChoice) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match choice {
+        StoreChoice::Embedded(path) => {
+            let config = EmbeddedConfig::new(&path);
+            let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(config)).await?;
+            Arc::new(
+                store.with_context(|| format!("open the embedded store at {}", path.display()))?,
+            )
+        }
+        StoreChoice::Etcd(config) => {
+            let endpoints = config.endpoints.join(",");
+            Arc::new(
+                EtcdStore::connect(config)
+                    .await
+                    .with_context(|| format!("connect to etcd at {endpoints}"))?,
+            )
+        }
+    })
+}
+
+pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("create the data directory {}", args.data_dir.display()))?;
+    let store = open_store(args.store_choice()?).await?;
+    let revision = store
+        .current_revision()
+        .await
+        .context("read the store's revision")?;
+    tracing::info!(data_dir = %args.data_dir.display(), store = %args.store, revision, "store ready");
+
+    let cancel = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(Compactor::new(CompactionPolicy::default()).run(store.clone(), cancel.clone()));
+
+    shutdown_signal().await?;
+    tracing::info!("shutting down");
+    cancel.cancel();
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("install the SIGTERM handler")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("wait for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ServerArgs,
+    }
+
+    fn parse(args: &[&str]) -> ServerArgs {
+        Cli::parse_from(std::iter::once("server").chain(args.iter().copied())).args
+    }
+
+    #[test]
+    fn store_defaults_to_embedded_under_the_data_dir() {
+        let args = parse(&["--data-dir", "/tmp/x"]);
+        assert_eq!(
+            args.store_choice().expect("valid"),
+            StoreChoice::Embedded("/tmp/x/db".into())
+        );
+    }
+
+    #[test]
+    fn etcd_store_urls_are_parsed_and_bad_ones_refused() {
+        let args = parse(&[
+            "--store",
+            "etcd://127.0.0.1:2379,127.0.0.2:2379",
+            "--etcd-prefix",
+            "/r",
+        ]);
+        match args.store_choice().expect("valid") {
+            StoreChoice::Etcd(config) => {
+                assert_eq!(config.endpoints.len(), 2);
+                assert_eq!(config.prefix, b"/r");
+            }
+            other => panic!("expected etcd, got {other:?}"),
+        }
+        assert!(parse(&["--store", "postgres://x"]).store_choice().is_err());
+    }
+}
