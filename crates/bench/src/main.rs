@@ -1,1 +1,51 @@
-fn main() {}
+//! `rudder-bench <scenario> [--quick]`: runs one benchmark scenario, prints
+//! one JSON object as its last line (ARCHITECTURE.md §8) and, on a full run,
+//! rewrites the scenario's section of docs/benchmarks.md.
+
+mod report;
+mod store;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "rudder-bench", about = "rudder's benchmark scenarios")]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Debug, Subcommand)]
+enum Scenario {
+    /// The store: write throughput and latency, watch delivery, large lists,
+    /// side by side with a single-member etcd on the same machine.
+    Store(Options),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Options {
+    /// A smaller run that finishes within a minute.
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the stores under test keep their files (a real disk, not tmpfs).
+    #[arg(long, default_value = "/var/tmp")]
+    pub work_dir: std::path::PathBuf,
+    /// The docs/benchmarks.md a full run updates.
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    pub doc: std::path::PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let (report, options) = match cli.scenario {
+        Scenario::Store(options) => (runtime.block_on(store::run(&options))?, options),
+    };
+    if !options.quick {
+        report.update_doc(&options.doc)?;
+        eprintln!("updated {}", options.doc.display());
+    }
+    println!("{}", report.json());
+    Ok(())
+}

@@ -4,6 +4,7 @@
 mod codec;
 mod context;
 mod read;
+mod wal;
 mod watcher;
 mod writer;
 
@@ -127,7 +128,18 @@ impl EmbeddedStore {
             }
             other => Error::unavailable(format!("open {}", path.display()), other),
         })?;
-        let meta = initialize(&db, path)?;
+        let mut meta = initialize(&db, path)?;
+        // Writes acknowledged since the last checkpoint are in the log only.
+        let wal_path = wal_path(path);
+        let (wal, pending) = wal::Wal::open(&wal_path, meta.revision)?;
+        if let Some(revision) = writer::replay(&db, &pending)? {
+            tracing::info!(
+                writes = pending.len(),
+                revision,
+                "embedded store: recovered writes from the write-ahead log"
+            );
+            meta.revision = revision;
+        }
 
         let shared = Arc::new(Shared {
             db,
@@ -142,7 +154,9 @@ impl EmbeddedStore {
             events.clone(),
             config.max_batch,
             meta.compacted_upto,
+            wal,
         );
+        spawn_checkpoint_ticker(commands.downgrade())?;
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
             .spawn(move || writer.run())
@@ -286,6 +300,33 @@ impl Store for EmbeddedStore {
     async fn current_revision(&self) -> Result<u64> {
         Ok(self.shared.revision.load(Ordering::SeqCst))
     }
+}
+
+/// The write-ahead log beside the database file: `<path>.wal`.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".wal");
+    PathBuf::from(name)
+}
+
+/// Asks the writer for a checkpoint now and then, so that a store that
+/// stopped writing does not keep its recent writes only in the log. Ends with
+/// the store.
+fn spawn_checkpoint_ticker(commands: mpsc::WeakSender<Command>) -> Result<()> {
+    std::thread::Builder::new()
+        .name("store-checkpoint".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(writer::CHECKPOINT_INTERVAL / 5);
+                let Some(commands) = commands.upgrade() else {
+                    return;
+                };
+                // A full queue means a busy writer; it checkpoints as it goes.
+                let _ = commands.try_send(Command::Checkpoint);
+            }
+        })
+        .map_err(|e| Error::unavailable("start the checkpoint thread", e))?;
+    Ok(())
 }
 
 fn unexpected() -> Error {

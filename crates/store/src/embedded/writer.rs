@@ -3,18 +3,26 @@
 //! Every write goes through one thread. It takes the first waiting command,
 //! then every other one already queued (up to a batch limit), applies them in
 //! one redb write transaction — each successful write takes the next revision —
-//! commits with one fsync, publishes the batch's events to the watchers, and
-//! only then acknowledges each writer. Concurrent writers therefore share one
-//! fsync, and watchers see revisions in order without gaps.
+//! appends the batch to the write-ahead log with one fsync, commits the
+//! transaction (without a sync of its own), publishes the batch's events to
+//! the watchers, and only then acknowledges each writer. Concurrent writers
+//! therefore share one fsync, and watchers see revisions in order without
+//! gaps. Every so often a commit is a durable checkpoint, after which the log
+//! starts over.
+//!
+//! A failure after a batch may have reached the log (a failed sync or
+//! commit) leaves the writer refusing every later write: going on could
+//! reuse revisions the log already holds. A restart recovers from the log.
 //!
 //! Compaction runs on the same thread in bounded chunks between write
 //! batches, so it never holds writers up for long.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redb::{ReadableTable, Table, WriteTransaction};
+use redb::{Durability, ReadableTable, Table, WriteTransaction};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::Shared;
@@ -24,10 +32,16 @@ use super::codec::{
 };
 use super::context::Context;
 use super::read::deleted_kv;
+use super::wal::{Mutation, Wal};
 use crate::{Deleted, Error, Event, EventKind, KeyValue, Result};
 
 /// Log records removed per compaction transaction.
 const COMPACTION_CHUNK: u64 = 4096;
+
+/// When the write-ahead log holds this much, the next commit is a checkpoint.
+const CHECKPOINT_BYTES: u64 = 32 << 20;
+/// A store with writes not yet checkpointed gets one this often.
+pub(crate) const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// One write asked of the store.
 #[derive(Debug)]
@@ -64,6 +78,8 @@ pub(crate) enum Command {
         revision: u64,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// Make everything committed durable in redb and start the log over.
+    Checkpoint,
 }
 
 /// The events of one committed batch, shared by every watcher.
@@ -85,6 +101,12 @@ pub(crate) struct Writer {
     /// Log records below this revision have been compacted on disk.
     compacted_upto: u64,
     compaction: Option<PendingCompaction>,
+    wal: Wal,
+    /// Commits since the last checkpoint that only the log makes durable.
+    dirty: bool,
+    last_checkpoint: Instant,
+    /// Set when a failure made further writes unsafe.
+    failed: Option<String>,
 }
 
 struct PendingCompaction {
@@ -106,6 +128,7 @@ impl Writer {
         events: broadcast::Sender<Arc<Batch>>,
         max_batch: usize,
         compacted_upto: u64,
+        wal: Wal,
     ) -> Self {
         let revision = shared.revision.load(Ordering::SeqCst);
         let compacted = shared.compacted.load(Ordering::SeqCst);
@@ -122,6 +145,10 @@ impl Writer {
             revision,
             compacted_upto,
             compaction,
+            wal,
+            dirty: false,
+            last_checkpoint: Instant::now(),
+            failed: None,
         }
     }
 
@@ -132,12 +159,12 @@ impl Writer {
                 match self.commands.try_recv() {
                     Ok(command) => Some(command),
                     Err(mpsc::error::TryRecvError::Empty) => None,
-                    Err(mpsc::error::TryRecvError::Disconnected) => return,
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
                 }
             } else {
                 match self.commands.blocking_recv() {
                     Some(command) => Some(command),
-                    None => return,
+                    None => break,
                 }
             };
             let mut writes = Vec::new();
@@ -157,11 +184,46 @@ impl Writer {
                 self.compaction_step();
             }
         }
+        // Shutting down: leave nothing for the log to replay.
+        self.checkpoint();
+    }
+
+    /// A durable redb commit of everything committed so far; the log's
+    /// records are then redundant and it starts over.
+    fn checkpoint(&mut self) {
+        if !self.dirty || self.failed.is_some() {
+            return;
+        }
+        let result = self
+            .begin(true)
+            .and_then(|txn| txn.commit().ctx("commit checkpoint"));
+        match result {
+            Ok(()) => self.checkpointed(),
+            Err(error) => self.fail(&error),
+        }
+    }
+
+    fn checkpointed(&mut self) {
+        self.wal.reset();
+        self.dirty = false;
+        self.last_checkpoint = Instant::now();
+    }
+
+    fn fail(&mut self, error: &Error) {
+        tracing::error!(%error, wal = %self.wal.path().display(), "embedded store: refusing further writes; restart to recover from the write-ahead log");
+        self.failed = Some(format!(
+            "embedded store failed ({error}); restart the server to recover"
+        ));
     }
 
     fn accept(&mut self, command: Command, writes: &mut Vec<(WriteOp, Reply)>) {
         match command {
             Command::Write { op, reply } => writes.push((op, reply)),
+            Command::Checkpoint => {
+                if self.last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
+                    self.checkpoint();
+                }
+            }
             Command::Compact { revision, reply } => {
                 let result = self.start_compaction(revision);
                 match (result, &mut self.compaction) {
@@ -189,12 +251,20 @@ impl Writer {
                 current: self.revision,
             });
         }
-        let txn = self.begin()?;
+        if let Some(failed) = &self.failed {
+            return Err(Error::Unavailable {
+                context: failed.clone(),
+                source: None,
+            });
+        }
+        // Durable at once: a compaction that has been acknowledged stays.
+        let txn = self.begin(true)?;
         txn.open_table(META)
             .ctx("open meta table")?
             .insert(COMPACT_REVISION, revision)
             .ctx("write compact revision")?;
         txn.commit().ctx("commit compact revision")?;
+        self.checkpointed();
         self.shared.compacted.store(revision, Ordering::SeqCst);
         let replies = self
             .compaction
@@ -208,19 +278,36 @@ impl Writer {
         Ok(())
     }
 
-    fn begin(&self) -> Result<WriteTransaction> {
+    /// A write transaction; `durable` makes its commit a checkpoint.
+    fn begin(&self, durable: bool) -> Result<WriteTransaction> {
         let mut txn = self.shared.db.begin_write().ctx("begin write")?;
-        // Recording the allocator state with every commit lets the store
-        // reopen after a crash without redb's full repair walk.
-        txn.set_quick_repair(true);
+        if durable {
+            // Recording the allocator state with the commit lets the store
+            // reopen after a crash without redb's full repair walk.
+            txn.set_quick_repair(true);
+        } else {
+            txn.set_durability(Durability::None).ctx("set durability")?;
+        }
         Ok(txn)
     }
 
     fn commit(&mut self, writes: Vec<(WriteOp, Reply)>) {
+        if let Some(failed) = &self.failed {
+            for (_, reply) in writes {
+                let _ = reply.send(Err(Error::Unavailable {
+                    context: failed.clone(),
+                    source: None,
+                }));
+            }
+            return;
+        }
         let start_revision = self.revision;
+        let durable = self.wal.len() >= CHECKPOINT_BYTES;
         let mut events = Vec::with_capacity(writes.len());
         let mut results = Vec::with_capacity(writes.len());
-        let outcome = self.begin().and_then(|txn| {
+        // Past this point a failure may leave the batch in the log.
+        let mut logged = false;
+        let outcome = self.begin(durable).and_then(|txn| {
             {
                 let mut tables = Tables {
                     latest: txn.open_table(LATEST).ctx("open latest table")?,
@@ -237,10 +324,20 @@ impl Writer {
                         .ctx("write revision")?;
                 }
             }
+            if !events.is_empty() {
+                let mutations: Vec<Mutation> = events.iter().map(mutation).collect();
+                logged = true;
+                self.wal
+                    .append(&mutations)
+                    .ctx("append to the write-ahead log")?;
+            }
             txn.commit().ctx("commit")
         });
         if let Err(error) = outcome {
             tracing::error!(%error, "embedded store: write batch failed");
+            if logged {
+                self.fail(&error);
+            }
             self.revision = start_revision;
             let message = error.to_string();
             for (_, reply) in writes {
@@ -250,6 +347,11 @@ impl Writer {
                 }));
             }
             return;
+        }
+        if durable {
+            self.checkpointed();
+        } else if !events.is_empty() {
+            self.dirty = true;
         }
         self.shared.revision.store(self.revision, Ordering::SeqCst);
         if !events.is_empty() {
@@ -399,7 +501,7 @@ impl Writer {
         let from = self.compacted_upto;
         let to = target.min(from.saturating_add(COMPACTION_CHUNK));
         let result = (|| -> Result<()> {
-            let txn = self.begin()?;
+            let txn = self.begin(false)?;
             {
                 let mut log = txn.open_table(LOG).ctx("open log table")?;
                 let mut index = txn.open_table(INDEX).ctx("open index table")?;
@@ -438,6 +540,7 @@ impl Writer {
         })();
         match result {
             Ok(()) => {
+                self.dirty = true;
                 self.compacted_upto = to;
                 if to >= target {
                     for reply in self
@@ -468,4 +571,74 @@ impl Writer {
             }
         }
     }
+}
+
+/// The log's form of an event.
+fn mutation(event: &Event) -> Mutation {
+    match event.kind {
+        EventKind::Deleted => Mutation::Delete {
+            key: event.kv.key.clone(),
+            revision: event.revision(),
+        },
+        EventKind::Created | EventKind::Updated => Mutation::Put(event.kv.clone()),
+    }
+}
+
+fn put(tables: &mut Tables<'_>, kv: &KeyValue) -> Result<()> {
+    let key = kv.key.as_ref();
+    tables
+        .latest
+        .insert(key, encode_latest(kv).as_slice())
+        .ctx("write latest")?;
+    tables
+        .log
+        .insert(kv.mod_revision, encode_put(kv).as_slice())
+        .ctx("append log")?;
+    tables
+        .index
+        .insert((key, kv.mod_revision), ())
+        .ctx("write index")?;
+    Ok(())
+}
+
+fn delete(tables: &mut Tables<'_>, key: &[u8], revision: u64) -> Result<()> {
+    tables.latest.remove(key).ctx("remove latest")?;
+    tables
+        .log
+        .insert(revision, encode_delete(key).as_slice())
+        .ctx("append log")?;
+    tables
+        .index
+        .insert((key, revision), ())
+        .ctx("write index")?;
+    Ok(())
+}
+
+/// Applies what the write-ahead log holds beyond redb's durable state, in
+/// one durable commit. Returns the revision reached.
+pub(crate) fn replay(db: &redb::Database, mutations: &[Mutation]) -> Result<Option<u64>> {
+    let Some(last) = mutations.last().map(Mutation::revision) else {
+        return Ok(None);
+    };
+    let mut txn = db.begin_write().ctx("begin replay")?;
+    txn.set_quick_repair(true);
+    {
+        let mut tables = Tables {
+            latest: txn.open_table(LATEST).ctx("open latest table")?,
+            log: txn.open_table(LOG).ctx("open log table")?,
+            index: txn.open_table(INDEX).ctx("open index table")?,
+        };
+        for mutation in mutations {
+            match mutation {
+                Mutation::Put(kv) => put(&mut tables, kv)?,
+                Mutation::Delete { key, revision } => delete(&mut tables, key, *revision)?,
+            }
+        }
+        txn.open_table(META)
+            .ctx("open meta table")?
+            .insert(REVISION, last)
+            .ctx("write revision")?;
+    }
+    txn.commit().ctx("commit replay")?;
+    Ok(Some(last))
 }

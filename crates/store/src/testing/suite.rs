@@ -41,19 +41,14 @@ pub async fn collect_events(watch: &mut WatchStream, count: usize) -> Vec<Event>
     events
 }
 
-/// Waits for the next progress notification, skipping nothing else: an event
-/// before it fails the case.
+/// Waits for the next progress notification: an event before it fails the
+/// case.
 async fn next_progress(watch: &mut WatchStream) -> u64 {
-    loop {
-        let next = tokio::time::timeout(WAIT, watch.recv()).await;
-        match next
-            .expect("no progress notification in time")
-            .expect("watch ended")
-        {
-            Ok(WatchResponse::Progress { revision }) => return revision,
-            Ok(WatchResponse::Events(events)) => panic!("unexpected events: {events:?}"),
-            Err(e) => panic!("watch failed: {e}"),
-        }
+    let next = tokio::time::timeout(WAIT, watch.recv()).await;
+    match next.expect("no progress notification in time").expect("watch ended") {
+        Ok(WatchResponse::Progress { revision }) => revision,
+        Ok(WatchResponse::Events(events)) => panic!("unexpected events: {events:?}"),
+        Err(e) => panic!("watch failed: {e}"),
     }
 }
 
