@@ -101,7 +101,7 @@ impl Report {
         let block = format!("{start}\n{}{end}", self.section());
         let updated = match (doc.find(&start), doc.find(&end)) {
             (Some(s), Some(e)) if e > s => format!("{}{block}{}", &doc[..s], &doc[e + end.len()..]),
-            _ => format!("{}\n{block}\n", doc.trim_end()),
+            _ => format!("{}\n\n{block}\n", doc.trim_end()),
         };
         std::fs::write(path, updated).with_context(|| format!("write {}", path.display()))
     }

@@ -88,9 +88,9 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         metrics,
         conditions: vec![
             format!("1 KiB values; each writer creates fresh keys back to back for {} s per concurrency level", write_for.as_secs()),
-            format!("both stores fsync before acknowledging a write: the embedded store by group commit (redb, quick-repair commits), {peer} with its default WAL fsync; both data directories on the same disk"),
+            format!("both stores fsync before acknowledging a write: the embedded store by group commit into its write-ahead log (one fdatasync per batch; redb behind it, checkpointed durably every 5 s), {peer} with its default WAL fsync; both data directories on the same disk"),
             "both driven through rudder's `Store` trait in one process: etcd over gRPC on loopback (a create is an etcd transaction, as the API server issues it)".into(),
-            format!("`watch_p99_ms`: {watch_writes} writes from 8 writers, time from the writer's acknowledgement to the event's arrival at a prefix watcher (0 when the event arrives first)"),
+            format!("`watch_p99_ms`: {watch_writes} writes from 8 writers, time from the writer's acknowledgement to the event's arrival at a prefix watcher (0 when the event arrives first: the embedded store publishes a batch to watchers just before it answers the writers)"),
             "`list_10k_ms`: median of several unpaginated prefix lists of 10,000 keys of 1 KiB".into(),
         ],
     })

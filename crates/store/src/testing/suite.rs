@@ -45,7 +45,10 @@ pub async fn collect_events(watch: &mut WatchStream, count: usize) -> Vec<Event>
 /// case.
 async fn next_progress(watch: &mut WatchStream) -> u64 {
     let next = tokio::time::timeout(WAIT, watch.recv()).await;
-    match next.expect("no progress notification in time").expect("watch ended") {
+    match next
+        .expect("no progress notification in time")
+        .expect("watch ended")
+    {
         Ok(WatchResponse::Progress { revision }) => revision,
         Ok(WatchResponse::Events(events)) => panic!("unexpected events: {events:?}"),
         Err(e) => panic!("watch failed: {e}"),
