@@ -411,7 +411,7 @@ impl Writer {
                     mod_revision: revision,
                     version: 1,
                 };
-                self.put(tables, &kv)?;
+                put(tables, &kv)?;
                 (
                     Event {
                         kind: EventKind::Created,
@@ -437,7 +437,7 @@ impl Writer {
                     mod_revision: revision,
                     version: prev.version + 1,
                 };
-                self.put(tables, &kv)?;
+                put(tables, &kv)?;
                 (
                     Event {
                         kind: EventKind::Updated,
@@ -452,15 +452,7 @@ impl Writer {
                     Ok(prev) => prev,
                     Err(e) => return Ok(Err(e)),
                 };
-                tables.latest.remove(key.as_ref()).ctx("remove latest")?;
-                tables
-                    .log
-                    .insert(revision, encode_delete(key).as_slice())
-                    .ctx("append log")?;
-                tables
-                    .index
-                    .insert((key.as_ref(), revision), ())
-                    .ctx("write index")?;
+                delete(tables, key, revision)?;
                 let event = Event {
                     kind: EventKind::Deleted,
                     kv: deleted_kv(key.clone(), revision),
@@ -472,23 +464,6 @@ impl Writer {
         self.revision = revision;
         events.push(event);
         Ok(Ok(written))
-    }
-
-    fn put(&self, tables: &mut Tables<'_>, kv: &KeyValue) -> Result<()> {
-        let key = kv.key.as_ref();
-        tables
-            .latest
-            .insert(key, encode_latest(kv).as_slice())
-            .ctx("write latest")?;
-        tables
-            .log
-            .insert(kv.mod_revision, encode_put(kv).as_slice())
-            .ctx("append log")?;
-        tables
-            .index
-            .insert((key, kv.mod_revision), ())
-            .ctx("write index")?;
-        Ok(())
     }
 
     /// Removes one chunk of history below the compaction target: every
