@@ -1,7 +1,9 @@
 //! A real etcd for tests: started on loopback on random ports in a temporary
 //! directory, killed and removed on drop.
 
+use std::fs::OpenOptions;
 use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -10,12 +12,52 @@ use std::time::{Duration, Instant};
 pub struct EtcdServer {
     child: Child,
     client_port: u16,
+    peer_port: u16,
+    extra: Vec<String>,
     dir: tempfile::TempDir,
 }
 
 /// A loopback port that was free a moment ago.
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn spawn(dir: &Path, client_port: u16, peer_port: u16, extra: &[String]) -> std::io::Result<Child> {
+    let binary = std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into());
+    let client = format!("http://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("etcd.log"))?;
+    Command::new(&binary)
+        .args(["--name", "test", "--data-dir"])
+        .arg(dir.join("data"))
+        .args([
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
+        .args([
+            "--initial-cluster",
+            &format!("test={peer}"),
+            "--log-level",
+            "warn",
+        ])
+        .args(["--logger", "zap"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| std::io::Error::new(e.kind(), format!("start {binary}: {e}")))
 }
 
 impl EtcdServer {
@@ -28,44 +70,16 @@ impl EtcdServer {
     pub async fn start_with(
         extra: &[&str],
     ) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        let binary = std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into());
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         for _attempt in 0..5 {
             let dir = tempfile::tempdir()?;
             let (client_port, peer_port) = (free_port()?, free_port()?);
-            let client = format!("http://127.0.0.1:{client_port}");
-            let peer = format!("http://127.0.0.1:{peer_port}");
-            let log = std::fs::File::create(dir.path().join("etcd.log"))?;
-            let child = Command::new(&binary)
-                .args(["--name", "test", "--data-dir"])
-                .arg(dir.path().join("data"))
-                .args([
-                    "--listen-client-urls",
-                    &client,
-                    "--advertise-client-urls",
-                    &client,
-                ])
-                .args([
-                    "--listen-peer-urls",
-                    &peer,
-                    "--initial-advertise-peer-urls",
-                    &peer,
-                ])
-                .args([
-                    "--initial-cluster",
-                    &format!("test={peer}"),
-                    "--log-level",
-                    "warn",
-                ])
-                .args(["--logger", "zap"])
-                .args(extra)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-                .map_err(|e| format!("start {binary}: {e}"))?;
+            let child = spawn(dir.path(), client_port, peer_port, &extra)?;
             let mut server = EtcdServer {
                 child,
                 client_port,
+                peer_port,
+                extra: extra.clone(),
                 dir,
             };
             if server.wait_ready(Duration::from_secs(20)).await {
@@ -73,8 +87,26 @@ impl EtcdServer {
             }
             // A port taken between picking it and etcd binding it: try again.
             let _ = server.child.kill();
+            let _ = server.child.wait();
         }
         Err("etcd did not become ready".into())
+    }
+
+    /// Kills etcd (SIGKILL) and starts it again on the same ports and data.
+    pub async fn restart(&mut self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.child.kill()?;
+        self.child.wait()?;
+        self.child = spawn(
+            self.dir.path(),
+            self.client_port,
+            self.peer_port,
+            &self.extra,
+        )?;
+        if self.wait_ready(Duration::from_secs(20)).await {
+            Ok(())
+        } else {
+            Err("etcd did not come back".into())
+        }
     }
 
     async fn wait_ready(&mut self, within: Duration) -> bool {
