@@ -1,5 +1,12 @@
 //! The Kubernetes API machinery, pure (no I/O, no async runtime): the
 //! resource registry, the object model, defaulting and validation, label and
-//! field selectors, patches, `Status` errors, quantities and Table rows.
-//!
-//! Empty until the API server issue builds it (ARCHITECTURE.md §2).
+//! field selectors, patches, `Status` errors and Table rows.
+
+mod builtin;
+pub mod registry;
+pub mod status;
+
+pub use registry::{Registry, ResourceDef};
+pub use status::{Cause, Status};
+pub mod selector;
+pub mod validation;

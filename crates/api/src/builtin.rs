@@ -1,0 +1,264 @@
+//! The built-in resources, as upstream 1.33 serves them: short names,
+//! categories, verbs and subresources as its discovery documents list them.
+
+use k8s_openapi::api::{
+    admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery,
+    networking, node, policy, rbac, scheduling, storage,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
+
+use crate::registry::{Extra, ResourceDef, Subresource, builtin};
+
+const GET_PATCH_UPDATE: &[&str] = &["get", "patch", "update"];
+const CREATE: &[&str] = &["create"];
+const PROXY_VERBS: &[&str] = &["create", "delete", "get", "patch", "update"];
+
+const fn sub(
+    name: &'static str,
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    verbs: &'static [&'static str],
+) -> Subresource {
+    Subresource {
+        name,
+        group,
+        version,
+        kind,
+        verbs,
+    }
+}
+
+const fn status(group: &'static str, version: &'static str, kind: &'static str) -> Subresource {
+    sub("status", group, version, kind, GET_PATCH_UPDATE)
+}
+
+const SCALE: Subresource = sub("scale", "autoscaling", "v1", "Scale", GET_PATCH_UPDATE);
+
+const POD_SUBRESOURCES: &[Subresource] = &[
+    sub("attach", "", "v1", "PodAttachOptions", &["create", "get"]),
+    sub("binding", "", "v1", "Binding", CREATE),
+    sub("ephemeralcontainers", "", "v1", "Pod", GET_PATCH_UPDATE),
+    sub("eviction", "policy", "v1", "Eviction", CREATE),
+    sub("exec", "", "v1", "PodExecOptions", &["create", "get"]),
+    sub("log", "", "v1", "Pod", &["get"]),
+    sub(
+        "portforward",
+        "",
+        "v1",
+        "PodPortForwardOptions",
+        &["create", "get"],
+    ),
+    sub("proxy", "", "v1", "PodProxyOptions", PROXY_VERBS),
+    sub("resize", "", "v1", "Pod", GET_PATCH_UPDATE),
+    status("", "v1", "Pod"),
+];
+
+macro_rules! resources {
+    ($($ty:ty $({ $($field:ident : $value:expr),* $(,)? })?),* $(,)?) => {
+        vec![$(builtin::<$ty>(Extra { $($($field: $value,)*)? ..Extra::DEFAULT })),*]
+    };
+}
+
+/// Every built-in resource, the core group first.
+pub fn resources() -> Vec<ResourceDef> {
+    resources![
+        // core/v1
+        core::v1::Binding { verbs: CREATE },
+        core::v1::ConfigMap {
+            short_names: &["cm"]
+        },
+        core::v1::Endpoints {
+            short_names: &["ep"]
+        },
+        core::v1::Event {
+            short_names: &["ev"]
+        },
+        core::v1::LimitRange {
+            short_names: &["limits"]
+        },
+        core::v1::Namespace {
+            short_names: &["ns"],
+            verbs: &[
+                "create", "delete", "get", "list", "patch", "update", "watch"
+            ],
+            subresources: &[
+                sub("finalize", "", "v1", "Namespace", &["update"]),
+                status("", "v1", "Namespace")
+            ],
+        },
+        core::v1::Node {
+            short_names: &["no"],
+            subresources: &[
+                sub("proxy", "", "v1", "NodeProxyOptions", PROXY_VERBS),
+                status("", "v1", "Node")
+            ],
+        },
+        core::v1::PersistentVolumeClaim {
+            short_names: &["pvc"],
+            subresources: &[status("", "v1", "PersistentVolumeClaim")]
+        },
+        core::v1::PersistentVolume {
+            short_names: &["pv"],
+            subresources: &[status("", "v1", "PersistentVolume")]
+        },
+        core::v1::Pod {
+            short_names: &["po"],
+            categories: &["all"],
+            subresources: POD_SUBRESOURCES
+        },
+        core::v1::PodTemplate,
+        core::v1::ReplicationController {
+            short_names: &["rc"],
+            categories: &["all"],
+            subresources: &[SCALE, status("", "v1", "ReplicationController")],
+        },
+        core::v1::ResourceQuota {
+            short_names: &["quota"],
+            subresources: &[status("", "v1", "ResourceQuota")]
+        },
+        core::v1::Secret,
+        core::v1::ServiceAccount {
+            short_names: &["sa"],
+            subresources: &[sub(
+                "token",
+                "authentication.k8s.io",
+                "v1",
+                "TokenRequest",
+                CREATE
+            )],
+        },
+        core::v1::Service {
+            short_names: &["svc"],
+            categories: &["all"],
+            subresources: &[
+                sub("proxy", "", "v1", "ServiceProxyOptions", PROXY_VERBS),
+                status("", "v1", "Service")
+            ],
+        },
+        // apps/v1
+        apps::v1::ControllerRevision,
+        apps::v1::DaemonSet {
+            short_names: &["ds"],
+            categories: &["all"],
+            subresources: &[status("apps", "v1", "DaemonSet")]
+        },
+        apps::v1::Deployment {
+            short_names: &["deploy"],
+            categories: &["all"],
+            subresources: &[SCALE, status("apps", "v1", "Deployment")],
+        },
+        apps::v1::ReplicaSet {
+            short_names: &["rs"],
+            categories: &["all"],
+            subresources: &[SCALE, status("apps", "v1", "ReplicaSet")],
+        },
+        apps::v1::StatefulSet {
+            short_names: &["sts"],
+            categories: &["all"],
+            subresources: &[SCALE, status("apps", "v1", "StatefulSet")],
+        },
+        // batch/v1
+        batch::v1::CronJob {
+            short_names: &["cj"],
+            categories: &["all"],
+            subresources: &[status("batch", "v1", "CronJob")]
+        },
+        batch::v1::Job {
+            categories: &["all"],
+            subresources: &[status("batch", "v1", "Job")]
+        },
+        // autoscaling
+        autoscaling::v2::HorizontalPodAutoscaler {
+            short_names: &["hpa"],
+            categories: &["all"],
+            subresources: &[status("autoscaling", "v2", "HorizontalPodAutoscaler")],
+        },
+        // policy/v1
+        policy::v1::PodDisruptionBudget {
+            short_names: &["pdb"],
+            subresources: &[status("policy", "v1", "PodDisruptionBudget")]
+        },
+        // rbac.authorization.k8s.io/v1
+        rbac::v1::ClusterRoleBinding,
+        rbac::v1::ClusterRole,
+        rbac::v1::RoleBinding,
+        rbac::v1::Role,
+        // coordination.k8s.io/v1
+        coordination::v1::Lease,
+        // discovery.k8s.io/v1
+        discovery::v1::EndpointSlice,
+        // networking.k8s.io/v1
+        networking::v1::IngressClass,
+        networking::v1::Ingress {
+            short_names: &["ing"],
+            subresources: &[status("networking.k8s.io", "v1", "Ingress")]
+        },
+        networking::v1::IPAddress {
+            short_names: &["ip"]
+        },
+        networking::v1::NetworkPolicy {
+            short_names: &["netpol"]
+        },
+        networking::v1::ServiceCIDR {
+            subresources: &[status("networking.k8s.io", "v1", "ServiceCIDR")]
+        },
+        // storage.k8s.io/v1
+        storage::v1::CSIDriver,
+        storage::v1::CSINode,
+        storage::v1::CSIStorageCapacity,
+        storage::v1::StorageClass {
+            short_names: &["sc"]
+        },
+        storage::v1::VolumeAttachment {
+            subresources: &[status("storage.k8s.io", "v1", "VolumeAttachment")]
+        },
+        // scheduling.k8s.io/v1
+        scheduling::v1::PriorityClass {
+            short_names: &["pc"]
+        },
+        // node.k8s.io/v1
+        node::v1::RuntimeClass,
+        // certificates.k8s.io/v1
+        certificates::v1::CertificateSigningRequest {
+            short_names: &["csr"],
+            subresources: &[
+                sub(
+                    "approval",
+                    "certificates.k8s.io",
+                    "v1",
+                    "CertificateSigningRequest",
+                    GET_PATCH_UPDATE
+                ),
+                status("certificates.k8s.io", "v1", "CertificateSigningRequest"),
+            ],
+        },
+        // admissionregistration.k8s.io/v1
+        admissionregistration::v1::MutatingWebhookConfiguration,
+        admissionregistration::v1::ValidatingAdmissionPolicy {
+            subresources: &[status(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicy"
+            )],
+        },
+        admissionregistration::v1::ValidatingAdmissionPolicyBinding,
+        admissionregistration::v1::ValidatingWebhookConfiguration,
+        // apiextensions.k8s.io/v1
+        apiextensions::v1::CustomResourceDefinition {
+            short_names: &["crd", "crds"],
+            categories: &["api-extensions"],
+            subresources: &[status(
+                "apiextensions.k8s.io",
+                "v1",
+                "CustomResourceDefinition"
+            )],
+        },
+        // apiregistration.k8s.io/v1
+        apiregistration::v1::APIService {
+            categories: &["api-extensions"],
+            subresources: &[status("apiregistration.k8s.io", "v1", "APIService")],
+        },
+    ]
+}

@@ -1,0 +1,430 @@
+//! Label and field selectors, parsed and matched as upstream does
+//! (`apimachinery/pkg/labels`, `apimachinery/pkg/fields`).
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::Status;
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, BTreeSet<String>),
+    NotIn(String, BTreeSet<String>),
+    Exists(String),
+    DoesNotExist(String),
+    GreaterThan(String, i64),
+    LessThan(String, i64),
+}
+
+/// A parsed label selector: every requirement must hold. Empty selects all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSelector {
+    pub requirements: Vec<Requirement>,
+}
+
+fn label(labels: &Value, key: &str) -> Option<String> {
+    labels.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+impl Requirement {
+    fn matches(&self, labels: &Value) -> bool {
+        match self {
+            Requirement::Equals(k, v) => label(labels, k).as_deref() == Some(v),
+            Requirement::NotEquals(k, v) => label(labels, k).as_deref() != Some(v),
+            Requirement::In(k, set) => label(labels, k).is_some_and(|v| set.contains(&v)),
+            Requirement::NotIn(k, set) => label(labels, k).is_none_or(|v| !set.contains(&v)),
+            Requirement::Exists(k) => labels.get(k).is_some(),
+            Requirement::DoesNotExist(k) => labels.get(k).is_none(),
+            Requirement::GreaterThan(k, n) => label(labels, k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v > *n),
+            Requirement::LessThan(k, n) => label(labels, k)
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v < *n),
+        }
+    }
+}
+
+impl LabelSelector {
+    /// Parses `a=b,c!=d,e in (f,g),!h,i` as `labelSelector` takes it.
+    pub fn parse(text: &str) -> Result<Self, Status> {
+        let mut requirements = Vec::new();
+        for part in split_top_level(text) {
+            let part = part.trim();
+            if part.is_empty() {
+                continue;
+            }
+            requirements.push(parse_requirement(part)?);
+        }
+        Ok(LabelSelector { requirements })
+    }
+
+    /// Whether an object's `metadata.labels` satisfy every requirement.
+    pub fn matches(&self, labels: Option<&Value>) -> bool {
+        let empty = Value::Object(Default::default());
+        let labels = labels.unwrap_or(&empty);
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+}
+
+/// Splits on commas outside parentheses.
+fn split_top_level(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+fn bad_selector(text: &str, why: &str) -> Status {
+    Status::bad_request(format!("unable to parse requirement: {why}: {text:?}"))
+}
+
+fn parse_requirement(part: &str) -> Result<Requirement, Status> {
+    if let Some(key) = part.strip_prefix('!') {
+        let key = key.trim();
+        check_key(key, part)?;
+        return Ok(Requirement::DoesNotExist(key.into()));
+    }
+    for (op, build) in [
+        (
+            "!=",
+            Requirement::NotEquals as fn(String, String) -> Requirement,
+        ),
+        ("==", Requirement::Equals),
+        ("=", Requirement::Equals),
+    ] {
+        if let Some((key, value)) = part.split_once(op) {
+            let (key, value) = (key.trim(), value.trim());
+            check_key(key, part)?;
+            check_value(value, part)?;
+            return Ok(build(key.into(), value.into()));
+        }
+    }
+    for (op, greater) in [(">", true), ("<", false)] {
+        if let Some((key, value)) = part.split_once(op) {
+            let key = key.trim();
+            check_key(key, part)?;
+            let n: i64 = value.trim().parse().map_err(|_| {
+                bad_selector(
+                    part,
+                    "for 'gt', 'lt' operators, the value must be an integer",
+                )
+            })?;
+            return Ok(if greater {
+                Requirement::GreaterThan(key.into(), n)
+            } else {
+                Requirement::LessThan(key.into(), n)
+            });
+        }
+    }
+    let words: Vec<&str> = part.splitn(2, char::is_whitespace).collect();
+    if let [key, rest] = words.as_slice() {
+        let rest = rest.trim();
+        let (notin, values) = if let Some(v) = rest.strip_prefix("notin") {
+            (true, v)
+        } else if let Some(v) = rest.strip_prefix("in") {
+            (false, v)
+        } else {
+            return Err(bad_selector(
+                part,
+                "found unexpected operator, expected one of '=', '==', '!=', 'in', 'notin'",
+            ));
+        };
+        check_key(key, part)?;
+        let values = values.trim();
+        let inner = values
+            .strip_prefix('(')
+            .and_then(|v| v.strip_suffix(')'))
+            .ok_or_else(|| bad_selector(part, "found '', expected: '('"))?;
+        let mut set = BTreeSet::new();
+        for value in inner.split(',') {
+            let value = value.trim();
+            check_value(value, part)?;
+            set.insert(value.to_string());
+        }
+        return Ok(if notin {
+            Requirement::NotIn((*key).into(), set)
+        } else {
+            Requirement::In((*key).into(), set)
+        });
+    }
+    check_key(part, part)?;
+    Ok(Requirement::Exists(part.into()))
+}
+
+fn check_key(key: &str, part: &str) -> Result<(), Status> {
+    crate::validation::qualified_name(key)
+        .map_err(|why| bad_selector(part, &format!("invalid label key {key:?}: {why}")))
+}
+
+fn check_value(value: &str, part: &str) -> Result<(), Status> {
+    crate::validation::label_value(value)
+        .map_err(|why| bad_selector(part, &format!("invalid label value: {value:?}: {why}")))
+}
+
+/// One term of a field selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldRequirement {
+    pub field: String,
+    pub value: String,
+    pub equal: bool,
+}
+
+/// A parsed field selector: `metadata.name=web,status.phase!=Running`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSelector {
+    pub requirements: Vec<FieldRequirement>,
+}
+
+impl FieldSelector {
+    /// Parses a selector, refusing fields `kind` does not support.
+    pub fn parse(text: &str, group: &str, kind: &str) -> Result<Self, Status> {
+        let mut requirements = Vec::new();
+        for term in split_unescaped(text, ',') {
+            if term.trim().is_empty() {
+                continue;
+            }
+            let (field, value, equal) = if let Some((f, v)) = split_op(&term, "!=") {
+                (f, v, false)
+            } else if let Some((f, v)) = split_op(&term, "==") {
+                (f, v, true)
+            } else if let Some((f, v)) = split_op(&term, "=") {
+                (f, v, true)
+            } else {
+                return Err(Status::bad_request(format!(
+                    "invalid selector: '{text}'; can't understand '{term}'"
+                )));
+            };
+            let field = field.trim().to_string();
+            if !supported_fields(group, kind).contains(&field.as_str())
+                && field != "metadata.name"
+                && field != "metadata.namespace"
+            {
+                return Err(Status::bad_request(format!(
+                    "field label not supported: {field}"
+                )));
+            }
+            requirements.push(FieldRequirement {
+                field,
+                value: unescape(&value),
+                equal,
+            });
+        }
+        Ok(FieldSelector { requirements })
+    }
+
+    pub fn matches(&self, object: &Value) -> bool {
+        self.requirements
+            .iter()
+            .all(|r| (field_value(object, &r.field) == r.value) == r.equal)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// The name this selector pins, if it is `metadata.name=<n>` (as
+    /// kubectl's single-object watches send).
+    pub fn pinned_name(&self) -> Option<&str> {
+        self.requirements
+            .iter()
+            .find(|r| r.equal && r.field == "metadata.name")
+            .map(|r| r.value.as_str())
+    }
+}
+
+fn split_op(term: &str, op: &str) -> Option<(String, String)> {
+    term.split_once(op)
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+}
+
+fn split_unescaped(text: &str, separator: char) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut escaped = false;
+    for c in text.chars() {
+        if escaped {
+            parts.last_mut().map(|p| {
+                p.push('\\');
+                p.push(c)
+            });
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if c == separator {
+            parts.push(String::new());
+        } else if let Some(p) = parts.last_mut() {
+            p.push(c);
+        }
+    }
+    parts
+}
+
+fn unescape(value: &str) -> String {
+    let mut out = String::new();
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(next) = chars.next() {
+                out.push(next);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The string value of a selectable field of an object ("" when absent).
+pub fn field_value(object: &Value, field: &str) -> String {
+    let mut at = object;
+    for part in field.split('.') {
+        match at.get(part) {
+            Some(next) => at = next,
+            None => return String::new(),
+        }
+    }
+    match at {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// The fields beyond `metadata.name` and `metadata.namespace` that a kind
+/// can be selected by (upstream's per-kind field label conversion funcs).
+pub fn supported_fields(group: &str, kind: &str) -> &'static [&'static str] {
+    match (group, kind) {
+        ("", "Pod") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "Event") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("", "Secret") => &["type"],
+        ("", "Namespace") => &["status.phase"],
+        ("", "Node") => &["spec.unschedulable"],
+        ("", "ReplicationController") | ("apps", "ReplicaSet") => &["status.replicas"],
+        ("", "Service") => &["spec.clusterIP", "spec.type"],
+        ("batch", "Job") => &["status.successful"],
+        ("certificates.k8s.io", "CertificateSigningRequest") => &["spec.signerName"],
+        _ => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sel(text: &str) -> LabelSelector {
+        LabelSelector::parse(text).expect("valid selector")
+    }
+
+    #[test]
+    fn label_selectors_match_as_upstream() {
+        let labels = json!({"app": "web", "tier": "front", "n": "5"});
+        let l = Some(&labels);
+        for (text, expected) in [
+            ("", true),
+            ("app=web", true),
+            ("app==web", true),
+            ("app=db", false),
+            ("app!=db", true),
+            ("missing!=x", true),
+            ("app in (web, db)", true),
+            ("app notin (web)", false),
+            ("missing notin (web)", true),
+            ("tier", true),
+            ("!tier", false),
+            ("!missing", true),
+            ("app=web,tier in (front,back),!missing", true),
+            ("n>4", true),
+            ("n<5", false),
+        ] {
+            assert_eq!(sel(text).matches(l), expected, "{text}");
+        }
+        assert!(!sel("app").matches(None));
+        assert!(sel("!app").matches(None));
+    }
+
+    #[test]
+    fn malformed_label_selectors_are_bad_requests() {
+        for text in ["app in web", "a b c", "app=bad value", "Bad Key=x", "n>x"] {
+            let err = LabelSelector::parse(text).expect_err(text);
+            assert_eq!(err.code, 400, "{text}");
+        }
+    }
+
+    #[test]
+    fn field_selectors_check_supported_fields_and_match() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1", "hostNetwork": false}, "status": {"phase": "Running"}});
+        let s = FieldSelector::parse("spec.nodeName=n1,status.phase!=Pending", "", "Pod")
+            .expect("valid");
+        assert!(s.matches(&pod));
+        assert!(
+            FieldSelector::parse("spec.hostNetwork=false", "", "Pod")
+                .expect("valid")
+                .matches(&pod)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.name=q", "", "Pod")
+                .expect("valid")
+                .matches(&pod)
+        );
+        assert_eq!(
+            FieldSelector::parse("metadata.name==p", "", "Pod")
+                .expect("valid")
+                .pinned_name(),
+            Some("p")
+        );
+        let err =
+            FieldSelector::parse("spec.nodeName=n1", "", "ConfigMap").expect_err("unsupported");
+        assert_eq!(err.message, "field label not supported: spec.nodeName");
+        let event = json!({"involvedObject": {"name": "a,b", "kind": "Pod"}});
+        let s = FieldSelector::parse(
+            "involvedObject.name=a\\,b,involvedObject.kind=Pod",
+            "",
+            "Event",
+        )
+        .expect("valid");
+        assert!(s.matches(&event));
+    }
+}
