@@ -8,5 +8,8 @@ pub mod status;
 
 pub use registry::{Registry, ResourceDef};
 pub use status::{Cause, Status};
+pub mod defaults;
+pub mod object;
+pub mod patch;
 pub mod selector;
 pub mod validation;

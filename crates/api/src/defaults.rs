@@ -1,0 +1,388 @@
+//! Per-kind defaulting and validation (upstream's `pkg/apis/*/v1/defaults.go`
+//! and `pkg/apis/*/validation`). One function per kind, chosen by group and
+//! kind; kinds without one get metadata validation only.
+
+use serde_json::{Value, json};
+
+use crate::registry::ResourceDef;
+use crate::selector::LabelSelector;
+use crate::{Cause, validation};
+
+/// Fills in what upstream defaults for the kind.
+pub fn apply(def: &ResourceDef, object: &mut Value) {
+    match (def.group.as_str(), def.kind.as_str()) {
+        ("", "Namespace") => {
+            set_default(object, "/spec/finalizers", json!(["kubernetes"]));
+            set_default(object, "/status/phase", json!("Active"));
+        }
+        ("", "Pod") => {
+            if let Some(spec) = object.get_mut("spec") {
+                pod_spec(spec);
+            }
+            set_default(object, "/status/phase", json!("Pending"));
+        }
+        ("", "PodTemplate") => template(object, "/template"),
+        ("", "ReplicationController") => {
+            set_default(object, "/spec/replicas", json!(1));
+            template(object, "/spec/template");
+        }
+        ("", "Secret") => set_default(object, "/type", json!("Opaque")),
+        ("", "Service") => service(object),
+        ("apps", "Deployment") => {
+            set_default(object, "/spec/replicas", json!(1));
+            set_default(object, "/spec/revisionHistoryLimit", json!(10));
+            set_default(object, "/spec/progressDeadlineSeconds", json!(600));
+            set_default(object, "/spec/strategy/type", json!("RollingUpdate"));
+            if object
+                .pointer("/spec/strategy/type")
+                .and_then(Value::as_str)
+                == Some("RollingUpdate")
+            {
+                set_default(
+                    object,
+                    "/spec/strategy/rollingUpdate/maxUnavailable",
+                    json!("25%"),
+                );
+                set_default(
+                    object,
+                    "/spec/strategy/rollingUpdate/maxSurge",
+                    json!("25%"),
+                );
+            }
+            template(object, "/spec/template");
+        }
+        ("apps", "ReplicaSet") => {
+            set_default(object, "/spec/replicas", json!(1));
+            template(object, "/spec/template");
+        }
+        ("apps", "StatefulSet") => {
+            set_default(object, "/spec/replicas", json!(1));
+            set_default(object, "/spec/podManagementPolicy", json!("OrderedReady"));
+            set_default(object, "/spec/revisionHistoryLimit", json!(10));
+            set_default(object, "/spec/updateStrategy/type", json!("RollingUpdate"));
+            template(object, "/spec/template");
+        }
+        ("apps", "DaemonSet") => {
+            set_default(object, "/spec/revisionHistoryLimit", json!(10));
+            set_default(object, "/spec/updateStrategy/type", json!("RollingUpdate"));
+            template(object, "/spec/template");
+        }
+        ("batch", "Job") => {
+            set_default(object, "/spec/parallelism", json!(1));
+            set_default(object, "/spec/completions", json!(1));
+            set_default(object, "/spec/backoffLimit", json!(6));
+            set_default(object, "/spec/completionMode", json!("NonIndexed"));
+            set_default(object, "/spec/suspend", json!(false));
+            template(object, "/spec/jobTemplate/spec/template");
+            template(object, "/spec/template");
+        }
+        ("batch", "CronJob") => {
+            set_default(object, "/spec/concurrencyPolicy", json!("Allow"));
+            set_default(object, "/spec/suspend", json!(false));
+            set_default(object, "/spec/successfulJobsHistoryLimit", json!(3));
+            set_default(object, "/spec/failedJobsHistoryLimit", json!(1));
+            template(object, "/spec/jobTemplate/spec/template");
+        }
+        _ => {}
+    }
+}
+
+/// Validates what the kind requires beyond its metadata.
+pub fn validate(def: &ResourceDef, object: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    match (def.group.as_str(), def.kind.as_str()) {
+        ("", "Pod") => pod_spec_causes(object.get("spec"), "spec", &mut causes),
+        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => {
+            workload_causes(object, &mut causes);
+        }
+        ("", "ReplicationController") => {
+            let template = object.pointer("/spec/template/spec");
+            pod_spec_causes(template, "spec.template.spec", &mut causes);
+        }
+        ("batch", "Job") => pod_spec_causes(
+            object.pointer("/spec/template/spec"),
+            "spec.template.spec",
+            &mut causes,
+        ),
+        ("", "ConfigMap" | "Secret") => {
+            for field in ["data", "binaryData", "stringData"] {
+                if let Some(map) = object.get(field).and_then(Value::as_object) {
+                    for key in map.keys() {
+                        if !key
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                            || key.is_empty()
+                        {
+                            causes.push(Cause::invalid(format!("{field}[{key}]"), &json!(key), "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    causes
+}
+
+fn set_default(object: &mut Value, pointer: &str, value: Value) {
+    if object.pointer(pointer).is_some_and(|v| !v.is_null()) {
+        return;
+    }
+    let mut at = object;
+    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    for (i, part) in parts.iter().enumerate() {
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        if i == parts.len() - 1 {
+            map.insert((*part).to_string(), value);
+            return;
+        }
+        at = map.entry((*part).to_string()).or_insert_with(|| json!({}));
+        if at.is_null() {
+            *at = json!({});
+        }
+    }
+}
+
+fn template(object: &mut Value, pointer: &str) {
+    if let Some(spec) = object.pointer_mut(&format!("{pointer}/spec")) {
+        pod_spec(spec);
+    }
+}
+
+fn pod_spec(spec: &mut Value) {
+    if !spec.is_object() {
+        return;
+    }
+    set_default(spec, "/restartPolicy", json!("Always"));
+    set_default(spec, "/dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "/schedulerName", json!("default-scheduler"));
+    set_default(spec, "/terminationGracePeriodSeconds", json!(30));
+    set_default(spec, "/securityContext", json!({}));
+    set_default(spec, "/enableServiceLinks", json!(true));
+    for list in ["containers", "initContainers"] {
+        if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            for container in containers {
+                container_defaults(container);
+            }
+        }
+    }
+}
+
+fn container_defaults(container: &mut Value) {
+    if !container.is_object() {
+        return;
+    }
+    let image = container
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let after_slash = image.rsplit('/').next().unwrap_or(image);
+    let tag = after_slash.split_once(':').map(|(_, t)| t);
+    let always = !image.contains('@') && matches!(tag, None | Some("latest"));
+    set_default(
+        container,
+        "/imagePullPolicy",
+        json!(if always { "Always" } else { "IfNotPresent" }),
+    );
+    set_default(
+        container,
+        "/terminationMessagePath",
+        json!("/dev/termination-log"),
+    );
+    set_default(container, "/terminationMessagePolicy", json!("File"));
+    set_default(container, "/resources", json!({}));
+    if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports {
+            set_default(port, "/protocol", json!("TCP"));
+        }
+    }
+}
+
+fn service(object: &mut Value) {
+    set_default(object, "/spec/type", json!("ClusterIP"));
+    set_default(object, "/spec/sessionAffinity", json!("None"));
+    if let Some(ports) = object
+        .pointer_mut("/spec/ports")
+        .and_then(Value::as_array_mut)
+    {
+        for port in ports {
+            set_default(port, "/protocol", json!("TCP"));
+            if port.get("targetPort").is_none()
+                && let Some(p) = port.get("port").cloned()
+            {
+                port["targetPort"] = p;
+            }
+        }
+    }
+}
+
+fn pod_spec_causes(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+    let Some(spec) = spec else {
+        causes.push(Cause::required(path));
+        return;
+    };
+    match spec.get("containers").and_then(Value::as_array) {
+        None => causes.push(Cause::required(format!("{path}.containers"))),
+        Some(containers) if containers.is_empty() => {
+            causes.push(Cause::required(format!("{path}.containers")))
+        }
+        Some(containers) => {
+            let mut names = std::collections::HashSet::new();
+            for (i, c) in containers.iter().enumerate() {
+                let at = format!("{path}.containers[{i}]");
+                match c.get("name").and_then(Value::as_str) {
+                    None | Some("") => causes.push(Cause::required(format!("{at}.name"))),
+                    Some(name) => {
+                        if let Err(why) = validation::dns1123_label(name) {
+                            causes.push(Cause::invalid(format!("{at}.name"), &json!(name), &why));
+                        } else if !names.insert(name.to_string()) {
+                            causes.push(Cause::duplicate(format!("{at}.name"), &json!(name)));
+                        }
+                    }
+                }
+                if c.get("image")
+                    .and_then(Value::as_str)
+                    .is_none_or(|i| i.trim().is_empty())
+                {
+                    causes.push(Cause::required(format!("{at}.image")));
+                }
+            }
+        }
+    }
+    if let Some(policy) = spec.get("restartPolicy")
+        && !matches!(policy.as_str(), Some("Always" | "OnFailure" | "Never"))
+    {
+        causes.push(Cause::not_supported(
+            format!("{path}.restartPolicy"),
+            policy,
+            &["Always", "OnFailure", "Never"],
+        ));
+    }
+}
+
+fn workload_causes(object: &Value, causes: &mut Vec<Cause>) {
+    let selector = object.pointer("/spec/selector");
+    match selector {
+        None | Some(Value::Null) => causes.push(Cause::required("spec.selector")),
+        Some(selector) => {
+            let labels = object.pointer("/spec/template/metadata/labels");
+            if !label_selector_matches(selector, labels) {
+                causes.push(Cause::invalid(
+                    "spec.template.metadata.labels",
+                    labels.unwrap_or(&Value::Null),
+                    "`selector` does not match template `labels`",
+                ));
+            }
+            if selector.get("matchLabels").is_none() && selector.get("matchExpressions").is_none() {
+                causes.push(Cause::invalid(
+                    "spec.selector",
+                    selector,
+                    "empty selector is invalid for deployment",
+                ));
+            }
+        }
+    }
+    pod_spec_causes(
+        object.pointer("/spec/template/spec"),
+        "spec.template.spec",
+        causes,
+    );
+}
+
+/// Whether a `metav1.LabelSelector` object selects `labels`.
+pub fn label_selector_matches(selector: &Value, labels: Option<&Value>) -> bool {
+    LabelSelector::from_object(selector).is_some_and(|s| s.matches(labels))
+}
+
+impl LabelSelector {
+    /// The selector a `metav1.LabelSelector` object describes (`None` when
+    /// malformed).
+    pub fn from_object(selector: &Value) -> Option<LabelSelector> {
+        use crate::selector::Requirement;
+        let mut requirements = Vec::new();
+        if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
+            for (k, v) in labels {
+                requirements.push(Requirement::Equals(k.clone(), v.as_str()?.to_string()));
+            }
+        }
+        if let Some(expressions) = selector.get("matchExpressions").and_then(Value::as_array) {
+            for e in expressions {
+                let key = e.get("key")?.as_str()?.to_string();
+                let values: std::collections::BTreeSet<String> = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|vs| {
+                        vs.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                requirements.push(match e.get("operator")?.as_str()? {
+                    "In" => Requirement::In(key, values),
+                    "NotIn" => Requirement::NotIn(key, values),
+                    "Exists" => Requirement::Exists(key),
+                    "DoesNotExist" => Requirement::DoesNotExist(key),
+                    _ => return None,
+                });
+            }
+        }
+        Some(LabelSelector { requirements })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Registry;
+
+    #[test]
+    fn deployments_get_upstreams_defaults() {
+        let registry = Registry::builtin();
+        let def = registry.get("apps", "v1", "deployments").expect("def");
+        let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx"}, {"name": "d", "image": "r/x:1.2", "ports": [{"containerPort": 80}]}]}}}});
+        apply(def, &mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(
+            d["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        );
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["restartPolicy"], "Always");
+        assert_eq!(pod["containers"][0]["imagePullPolicy"], "Always");
+        assert_eq!(pod["containers"][1]["imagePullPolicy"], "IfNotPresent");
+        assert_eq!(pod["containers"][1]["ports"][0]["protocol"], "TCP");
+    }
+
+    #[test]
+    fn workloads_need_a_selector_that_matches_the_template() {
+        let registry = Registry::builtin();
+        let def = registry.get("apps", "v1", "deployments").expect("def");
+        let d = json!({"spec": {"selector": {"matchLabels": {"app": "a"}}, "template": {"metadata": {"labels": {"app": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let causes = validate(def, &d);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "spec.template.metadata.labels");
+        let d =
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "Bad", "image": ""}]}}}});
+        let fields: Vec<String> = validate(def, &d).into_iter().map(|c| c.field).collect();
+        assert_eq!(
+            fields,
+            vec![
+                "spec.selector",
+                "spec.template.spec.containers[0].name",
+                "spec.template.spec.containers[0].image"
+            ]
+        );
+    }
+
+    #[test]
+    fn selector_objects_select() {
+        let s = json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]});
+        assert!(label_selector_matches(
+            &s,
+            Some(&json!({"app": "web", "tier": "a"}))
+        ));
+        assert!(!label_selector_matches(&s, Some(&json!({"app": "web"}))));
+    }
+}

@@ -1,0 +1,519 @@
+//! What the API server does to an object on its way into the store, as
+//! upstream's generic registry does (`apiserver/pkg/registry/rest`
+//! `BeforeCreate`/`BeforeUpdate` and the per-kind strategies): server-set
+//! metadata, status and spec separation, generation, and strict field
+//! validation. Pure: time and identifiers are passed in.
+
+use serde_json::{Map, Value, json};
+
+use crate::Status;
+use crate::registry::ResourceDef;
+use crate::validation::{self, NameRule};
+
+/// What the server supplies to a create: the time and fresh identifiers.
+#[derive(Debug, Clone)]
+pub struct Stamp<'a> {
+    /// RFC 3339, seconds precision: `2026-11-30T09:00:00Z`.
+    pub now: &'a str,
+    pub uid: &'a str,
+    /// Five characters for `generateName`.
+    pub suffix: &'a str,
+}
+
+/// How strictly unknown and duplicate fields are treated (`fieldValidation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+impl FieldValidation {
+    pub fn parse(value: Option<&str>) -> Result<Self, Status> {
+        match value {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some(other) => Err(Status::bad_request(format!(
+                "fieldValidation must be one of Ignore, Warn or Strict, got {other:?}"
+            ))),
+        }
+    }
+}
+
+fn meta_mut(object: &mut Value) -> Result<&mut Map<String, Value>, Status> {
+    let root = object
+        .as_object_mut()
+        .ok_or_else(|| Status::bad_request("the request body must be a JSON object"))?;
+    let meta = root.entry("metadata").or_insert_with(|| json!({}));
+    if meta.is_null() {
+        *meta = json!({});
+    }
+    meta.as_object_mut()
+        .ok_or_else(|| Status::bad_request("metadata must be an object"))
+}
+
+/// Checks the body's `apiVersion` and `kind` against the resource, filling
+/// them in when absent.
+pub fn check_type(def: &ResourceDef, object: &mut Value) -> Result<(), Status> {
+    let root = object
+        .as_object_mut()
+        .ok_or_else(|| Status::bad_request("the request body must be a JSON object"))?;
+    let expected_version = def.api_version();
+    match root.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {
+            root.insert("apiVersion".into(), json!(expected_version));
+        }
+        Some(v) if v != expected_version => {
+            return Err(Status::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({expected_version})"
+            )));
+        }
+        _ => {}
+    }
+    match root.get("kind").and_then(Value::as_str) {
+        None | Some("") => {
+            root.insert("kind".into(), json!(def.kind));
+        }
+        Some(k) if k != def.kind => {
+            return Err(Status::bad_request(format!(
+                "{k} in version {:?} cannot be handled as a {}: the kind in the data does not match the resource",
+                def.version, def.kind
+            )));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Fields the typed form of the kind does not know, as field paths
+/// (`spec.template.spec.containers[0].bogusField`), and the typed form's
+/// own decoding error if the object does not fit the type at all.
+pub fn unknown_fields(def: &ResourceDef, object: &Value) -> Result<Vec<String>, Status> {
+    let Some(round_trip) = def.typed_round_trip else {
+        return Ok(Vec::new());
+    };
+    let typed = round_trip(object).map_err(|e| {
+        Status::bad_request(format!(
+            "{} in version {:?} cannot be handled as a {}: {e}",
+            def.kind, def.version, def.kind
+        ))
+    })?;
+    let mut unknown = Vec::new();
+    diff_unknown(object, &typed, String::new(), &mut unknown);
+    Ok(unknown)
+}
+
+fn diff_unknown(original: &Value, typed: &Value, path: String, out: &mut Vec<String>) {
+    match (original, typed) {
+        (Value::Object(o), Value::Object(t)) => {
+            for (key, value) in o {
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                match t.get(key) {
+                    Some(typed_value) => diff_unknown(value, typed_value, child, out),
+                    None if value.is_null() => {}
+                    // Free-form maps (labels, data, ...) keep every key, so a
+                    // missing key is one the type does not have.
+                    None => out.push(child),
+                }
+            }
+        }
+        (Value::Array(o), Value::Array(t)) => {
+            for (i, (value, typed_value)) in o.iter().zip(t).enumerate() {
+                diff_unknown(value, typed_value, format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The error Strict field validation reports.
+pub fn strict_error(def: &ResourceDef, unknown: &[String]) -> Status {
+    let fields: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
+    Status::bad_request(format!(
+        "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
+        def.kind,
+        def.version,
+        def.kind,
+        fields.join(", ")
+    ))
+}
+
+/// Whether a kind's `status` is written only through its status subresource.
+pub fn has_status_subresource(def: &ResourceDef) -> bool {
+    def.subresource("status").is_some()
+}
+
+/// Whether a kind counts `metadata.generation` (kinds with a spec).
+fn tracks_generation(object: &Value) -> bool {
+    object.get("spec").is_some()
+}
+
+/// Prepares a new object for the store: the request's namespace, a name
+/// from `generateName`, server-set metadata, a cleared status where the
+/// status subresource owns it; then validates its metadata.
+pub fn prepare_create(
+    def: &ResourceDef,
+    object: &mut Value,
+    namespace: Option<&str>,
+    stamp: &Stamp<'_>,
+) -> Result<(), Status> {
+    check_type(def, object)?;
+    let has_spec = tracks_generation(object);
+    let meta = meta_mut(object)?;
+    match (def.namespaced, namespace) {
+        (true, Some(ns)) => {
+            match meta.get("namespace").and_then(Value::as_str) {
+                Some(given) if !given.is_empty() && given != ns => {
+                    return Err(Status::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {}
+            }
+            meta.insert("namespace".into(), json!(ns));
+        }
+        (false, _) => {
+            meta.remove("namespace");
+        }
+        (true, None) => {}
+    }
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty()
+        && let Some(generate) = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .filter(|g| !g.is_empty())
+    {
+        let generated = format!("{generate}{}", stamp.suffix);
+        meta.insert("name".into(), json!(generated));
+    }
+    meta.insert("uid".into(), json!(stamp.uid));
+    meta.insert("creationTimestamp".into(), json!(stamp.now));
+    for server_set in [
+        "resourceVersion",
+        "selfLink",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ] {
+        meta.remove(server_set);
+    }
+    if has_spec {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
+    if has_status_subresource(def)
+        && let Some(root) = object.as_object_mut()
+    {
+        root.remove("status");
+    }
+    crate::defaults::apply(def, object);
+    validate(def, object)
+}
+
+/// Validates what every kind shares: its metadata.
+pub fn validate(def: &ResourceDef, object: &Value) -> Result<(), Status> {
+    let meta = object.get("metadata").cloned().unwrap_or(Value::Null);
+    let causes = validation::object_meta(
+        &meta,
+        NameRule::for_kind(&def.group, &def.kind),
+        def.namespaced,
+    );
+    let mut causes = causes;
+    causes.extend(crate::defaults::validate(def, object));
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+        Err(Status::invalid(def.target(), name, causes))
+    }
+}
+
+/// Which part of an object an update writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The object through its main endpoint: everything but a status the
+    /// status subresource owns.
+    Main,
+    /// The status subresource: the status only.
+    Status,
+}
+
+/// Prepares an update of `old` to `new`: identity and server-set metadata
+/// stay, the part not written keeps its old value, and `generation` counts
+/// changes to everything but metadata and status.
+pub fn prepare_update(
+    def: &ResourceDef,
+    new: &mut Value,
+    old: &Value,
+    part: Part,
+) -> Result<(), Status> {
+    check_type(def, new)?;
+    let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let name = old_meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    {
+        let meta = meta_mut(new)?;
+        match meta.get("name").and_then(Value::as_str) {
+            Some(n) if n != name => {
+                return Err(Status::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => {}
+        }
+        if let Some(uid) = meta
+            .get("uid")
+            .and_then(Value::as_str)
+            .filter(|u| !u.is_empty())
+        {
+            let old_uid = old_meta
+                .get("uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if uid != old_uid {
+                return Err(Status::conflict(
+                    def.target(),
+                    &name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {old_uid}"
+                    ),
+                ));
+            }
+        }
+        for kept in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
+            match old_meta.get(kept) {
+                Some(v) => {
+                    meta.insert(kept.into(), v.clone());
+                }
+                None => {
+                    meta.remove(kept);
+                }
+            }
+        }
+        meta.remove("selfLink");
+    }
+    match part {
+        Part::Main if has_status_subresource(def) => copy_field(new, old, "status"),
+        Part::Main => {}
+        Part::Status => {
+            let status = new.get("status").cloned();
+            let mut kept = old.clone();
+            match status {
+                Some(status) => kept["status"] = status,
+                None => {
+                    if let Some(root) = kept.as_object_mut() {
+                        root.remove("status");
+                    }
+                }
+            }
+            // Labels and annotations may change with status; nothing else.
+            for field in ["labels", "annotations", "managedFields"] {
+                match new.pointer(&format!("/metadata/{field}")) {
+                    Some(v) => kept["metadata"][field] = v.clone(),
+                    None => {
+                        if let Some(meta) = kept.get_mut("metadata").and_then(Value::as_object_mut)
+                        {
+                            meta.remove(field);
+                        }
+                    }
+                }
+            }
+            *new = kept;
+        }
+    }
+    if tracks_generation(new) && spec_changed(new, old) {
+        let generation = old_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        new["metadata"]["generation"] = json!(generation + 1);
+    }
+    crate::defaults::apply(def, new);
+    validate(def, new)
+}
+
+fn copy_field(to: &mut Value, from: &Value, field: &str) {
+    let Some(root) = to.as_object_mut() else {
+        return;
+    };
+    match from.get(field) {
+        Some(v) => {
+            root.insert(field.into(), v.clone());
+        }
+        None => {
+            root.remove(field);
+        }
+    }
+}
+
+/// Whether anything but metadata and status differs.
+fn spec_changed(new: &Value, old: &Value) -> bool {
+    let strip = |v: &Value| -> Value {
+        let mut v = v.clone();
+        if let Some(root) = v.as_object_mut() {
+            root.remove("metadata");
+            root.remove("status");
+        }
+        v
+    };
+    strip(new) != strip(old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Registry;
+
+    fn stamp() -> Stamp<'static> {
+        Stamp {
+            now: "2026-11-30T09:00:00Z",
+            uid: "0b6f2f0e-1c1a-4c43-9a55-4c0f3c3b1a11",
+            suffix: "x7k2q",
+        }
+    }
+
+    fn deploy() -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "resourceVersion": "99"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            "status": {"replicas": 7}
+        })
+    }
+
+    #[test]
+    fn create_sets_server_fields_and_clears_owned_status() {
+        let registry = Registry::builtin();
+        let def = registry.get("apps", "v1", "deployments").expect("def");
+        let mut object = deploy();
+        prepare_create(def, &mut object, Some("default"), &stamp()).expect("valid");
+        assert_eq!(object["metadata"]["namespace"], "default");
+        assert_eq!(object["metadata"]["uid"], stamp().uid);
+        assert_eq!(object["metadata"]["generation"], 1);
+        assert!(object["metadata"].get("resourceVersion").is_none());
+        assert!(object.get("status").is_none());
+    }
+
+    #[test]
+    fn create_checks_namespace_name_and_type() {
+        let registry = Registry::builtin();
+        let def = registry.get("", "v1", "configmaps").expect("def");
+        let mut wrong_ns = json!({"metadata": {"name": "a", "namespace": "other"}});
+        assert_eq!(
+            prepare_create(def, &mut wrong_ns, Some("default"), &stamp())
+                .expect_err("mismatch")
+                .code,
+            400
+        );
+        let mut bad = json!({"metadata": {"name": "Bad_Name"}});
+        let err = prepare_create(def, &mut bad, Some("default"), &stamp()).expect_err("invalid");
+        assert_eq!(err.code, 422);
+        assert!(
+            err.message
+                .contains("metadata.name: Invalid value: \"Bad_Name\""),
+            "{}",
+            err.message
+        );
+        let mut generated = json!({"metadata": {"generateName": "cm-"}});
+        prepare_create(def, &mut generated, Some("default"), &stamp()).expect("valid");
+        assert_eq!(generated["metadata"]["name"], "cm-x7k2q");
+        let mut wrong_kind = json!({"kind": "Secret", "metadata": {"name": "a"}});
+        assert_eq!(
+            prepare_create(def, &mut wrong_kind, Some("default"), &stamp())
+                .expect_err("kind")
+                .code,
+            400
+        );
+    }
+
+    #[test]
+    fn strict_validation_finds_unknown_fields_by_path() {
+        let registry = Registry::builtin();
+        let def = registry.get("apps", "v1", "deployments").expect("def");
+        let mut object = deploy();
+        object["spec"]["template"]["spec"]["containers"][0]["bogusField"] = json!(1);
+        object["spec"]["nope"] = json!(null);
+        let unknown = unknown_fields(def, &object).expect("decodes");
+        assert_eq!(unknown, vec!["spec.template.spec.containers[0].bogusField"]);
+        assert!(
+            strict_error(def, &unknown)
+                .message
+                .contains("unknown field \"spec.template.spec.containers[0].bogusField\"")
+        );
+        object["spec"]["replicas"] = json!("three");
+        assert_eq!(
+            unknown_fields(def, &object).expect_err("type error").code,
+            400
+        );
+    }
+
+    #[test]
+    fn update_keeps_identity_bumps_generation_and_separates_status() {
+        let registry = Registry::builtin();
+        let def = registry.get("apps", "v1", "deployments").expect("def");
+        let mut old = deploy();
+        prepare_create(def, &mut old, Some("default"), &stamp()).expect("valid");
+        old["status"] = json!({"replicas": 2});
+
+        let mut relabel = old.clone();
+        relabel["metadata"]["labels"] = json!({"a": "b"});
+        relabel["metadata"]["uid"] = json!(null);
+        relabel["status"] = json!({"replicas": 100});
+        prepare_update(def, &mut relabel, &old, Part::Main).expect("valid");
+        assert_eq!(relabel["metadata"]["generation"], 1);
+        assert_eq!(
+            relabel["status"]["replicas"], 2,
+            "status is not written through the main resource"
+        );
+        assert_eq!(relabel["metadata"]["uid"], stamp().uid);
+
+        let mut scaled = old.clone();
+        scaled["spec"]["replicas"] = json!(5);
+        prepare_update(def, &mut scaled, &old, Part::Main).expect("valid");
+        assert_eq!(scaled["metadata"]["generation"], 2);
+
+        let mut status = old.clone();
+        status["spec"]["replicas"] = json!(9);
+        status["status"] = json!({"replicas": 3});
+        prepare_update(def, &mut status, &old, Part::Status).expect("valid");
+        assert_eq!(status["status"]["replicas"], 3);
+        assert_eq!(
+            status["spec"]["replicas"], 1,
+            "spec is not written through status"
+        );
+
+        let mut renamed = old.clone();
+        renamed["metadata"]["name"] = json!("other");
+        assert_eq!(
+            prepare_update(def, &mut renamed, &old, Part::Main)
+                .expect_err("rename")
+                .code,
+            400
+        );
+    }
+}
