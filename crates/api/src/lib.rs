@@ -12,4 +12,6 @@ pub mod defaults;
 pub mod object;
 pub mod patch;
 pub mod selector;
+pub mod table;
+pub mod time;
 pub mod validation;
