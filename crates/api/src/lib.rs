@@ -10,6 +10,7 @@ pub use registry::{Registry, ResourceDef};
 pub use status::{Cause, Status};
 pub mod defaults;
 pub mod object;
+pub mod openapi;
 pub mod patch;
 pub mod selector;
 pub mod table;
