@@ -181,6 +181,54 @@ fn check_value(value: &str, part: &str) -> Result<(), Status> {
         .map_err(|why| bad_selector(part, &format!("invalid label value: {value:?}: {why}")))
 }
 
+/// The text form of a `metav1.LabelSelector` object (`app=web,tier in (a,b)`),
+/// as `metav1.FormatLabelSelector` writes it.
+pub fn format_label_selector(selector: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
+        parts.extend(
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())),
+        );
+    }
+    if let Some(expressions) = selector.get("matchExpressions").and_then(Value::as_array) {
+        for e in expressions {
+            let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
+            let values: Vec<&str> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match e
+                .get("operator")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+            {
+                "In" => parts.push(format!("{key} in ({})", values.join(","))),
+                "NotIn" => parts.push(format!("{key} notin ({})", values.join(","))),
+                "Exists" => parts.push(key.to_string()),
+                "DoesNotExist" => parts.push(format!("!{key}")),
+                _ => {}
+            }
+        }
+    }
+    parts.join(",")
+}
+
+/// The text form of a plain label map selector (ReplicationController).
+pub fn format_map_selector(selector: &Value) -> String {
+    selector
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
 /// One term of a field selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldRequirement {

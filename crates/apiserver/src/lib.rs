@@ -1,5 +1,155 @@
-//! The Kubernetes API server over the store: REST handlers generic over the
-//! registry, the watch cache, discovery, OpenAPI, authentication and
-//! authorization.
-//!
-//! Empty until the API server issue builds it (ARCHITECTURE.md §2).
+//! The Kubernetes API server over the store: HTTPS with client-certificate
+//! authentication, discovery, OpenAPI, and one set of REST handlers serving
+//! every resource of the registry (ARCHITECTURE.md §4, docs/apiserver.md).
+
+pub mod auth;
+mod discovery;
+pub mod negotiate;
+mod openapi;
+pub mod path;
+pub mod response;
+pub mod rest;
+mod serve;
+pub mod state;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::{Request, State as AxumState};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rudder_api::{Registry, Status};
+use rudder_store::Store;
+use tokio_util::sync::CancellationToken;
+
+pub use state::State;
+
+use crate::auth::User;
+use crate::response::ApiError;
+
+/// Settings of the API server.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Certificates go under `<data_dir>/tls`, the admin kubeconfig to
+    /// `<data_dir>/kubeconfig.yaml`.
+    pub data_dir: PathBuf,
+    /// Where to listen (default `0.0.0.0:6443`).
+    pub bind: SocketAddr,
+    /// Extra names (DNS or IP) for the serving certificate.
+    pub extra_sans: Vec<String>,
+}
+
+async fn health(AxumState(state): AxumState<Arc<State>>) -> Response {
+    if state.shutdown.is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
+    (StatusCode::OK, "ok").into_response()
+}
+
+async fn ready(AxumState(state): AxumState<Arc<State>>) -> Response {
+    if !state.ready.load(Ordering::SeqCst) || state.shutdown.is_cancelled() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "[-]bootstrap not finished\nreadyz check failed",
+        )
+            .into_response();
+    }
+    (StatusCode::OK, "ok").into_response()
+}
+
+/// Authentication and authorization of paths that are not resources
+/// (resource requests are authorized by verb in the dispatcher).
+async fn authorize_paths(request: Request, next: Next) -> Response {
+    let user = request
+        .extensions()
+        .get::<User>()
+        .cloned()
+        .unwrap_or_else(User::anonymous);
+    if user.is_anonymous()
+        && request
+            .headers()
+            .contains_key(axum::http::header::AUTHORIZATION)
+    {
+        return ApiError(Status::unauthorized("Unauthorized")).into_response();
+    }
+    let path = request.uri().path();
+    let is_resource = path::parse(&Registry::default(), path).is_some();
+    if !is_resource && let Err(status) = auth::authorize(&user, path, "get") {
+        return ApiError(status).into_response();
+    }
+    next.run(request).await
+}
+
+/// The API server's router (no socket: tests call it directly).
+pub fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/healthz", get(health))
+        .route("/livez", get(health))
+        .route("/readyz", get(ready))
+        .route("/version", get(discovery::version))
+        .route("/api", get(discovery::api))
+        .route("/apis", get(discovery::apis))
+        .route("/api/{version}", get(discovery::core_version))
+        .route("/apis/{group}", get(discovery::group))
+        .route(
+            "/apis/{group}/{version}",
+            get(discovery::group_version_resources),
+        )
+        .route("/openapi/v2", get(openapi::v2))
+        .route("/openapi/v3", get(openapi::v3_index))
+        .route("/openapi/v3/{*path}", get(openapi::v3))
+        .fallback(rest::dispatch)
+        .layer(middleware::from_fn(authorize_paths))
+        .with_state(state)
+}
+
+/// Prepares and runs the API server until `cancel` fires: TLS material and
+/// the admin kubeconfig, the system namespaces, then HTTPS on `config.bind`.
+pub async fn run(
+    config: Config,
+    store: Arc<dyn Store>,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let files = tls::TlsFiles::new(&config.data_dir);
+    let mut names = config.extra_sans.clone();
+    if !config.bind.ip().is_unspecified() {
+        names.push(config.bind.ip().to_string());
+    }
+    tls::ensure(&files, &tls::server_names(&names)).context("prepare TLS certificates")?;
+    let tls_config = tls::server_config(&files).context("load TLS certificates")?;
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .with_context(|| format!("listen on {}", config.bind))?;
+    let port = listener.local_addr()?.port();
+    let host = if config.bind.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        config.bind.ip().to_string()
+    };
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    let kubeconfig = config.data_dir.join("kubeconfig.yaml");
+    tls::write_kubeconfig(&files, &kubeconfig, &format!("https://{host}:{port}"))
+        .context("write the admin kubeconfig")?;
+
+    let state = State::new(Arc::new(Registry::builtin()), store);
+    rest::bootstrap_namespaces(&state).await?;
+    state.ready.store(true, Ordering::SeqCst);
+    tracing::info!(address = %listener.local_addr()?, kubeconfig = %kubeconfig.display(), "API server ready");
+
+    let app = router(state.clone());
+    let shutdown = cancel.clone();
+    let result = serve::serve(listener, Arc::new(tls_config), app, shutdown).await;
+    state.shutdown.cancel();
+    result
+}

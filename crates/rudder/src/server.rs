@@ -25,6 +25,23 @@ pub struct ServerArgs {
     /// With an etcd store: the prefix of every key rudder writes.
     #[arg(long, default_value = "")]
     pub etcd_prefix: String,
+
+    /// The HTTPS port of the API server.
+    #[arg(long, env = "RUDDER_PORT", default_value_t = 6443)]
+    pub port: u16,
+
+    /// The address the API server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: std::net::IpAddr,
+
+    /// More names (DNS or IP) for the API server's certificate.
+    #[arg(long = "tls-san")]
+    pub tls_sans: Vec<String>,
+
+    /// Run the control plane only, without a node agent on this machine.
+    /// (There is no node agent yet: this is what every server runs today.)
+    #[arg(long)]
+    pub disable_agent: bool,
 }
 
 /// The backend a `--store` value names.
@@ -83,13 +100,35 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
 
     let cancel = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(Compactor::new(CompactionPolicy::default()).run(store.clone(), cancel.clone()));
+    let compactor = Compactor::new(CompactionPolicy::default()).run(store.clone(), cancel.clone());
+    tasks.spawn(async move {
+        compactor.await;
+        Ok::<(), anyhow::Error>(())
+    });
+    let config = rudder_apiserver::Config {
+        data_dir: args.data_dir.clone(),
+        bind: std::net::SocketAddr::new(args.bind_address, args.port),
+        extra_sans: args.tls_sans.clone(),
+    };
+    let (api_store, api_cancel) = (store.clone(), cancel.clone());
+    tasks.spawn(async move { rudder_apiserver::run(config, api_store, api_cancel).await });
 
-    shutdown_signal().await?;
+    let outcome = tokio::select! {
+        signal = shutdown_signal() => signal,
+        Some(ended) = tasks.join_next() => match ended {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(error),
+            Err(error) => Err(error.into()),
+        },
+    };
     tracing::info!("shutting down");
     cancel.cancel();
-    while tasks.join_next().await.is_some() {}
-    Ok(())
+    while let Some(ended) = tasks.join_next().await {
+        if let Ok(Err(error)) = ended {
+            tracing::warn!(%error, "component stopped with an error");
+        }
+    }
+    outcome
 }
 
 async fn shutdown_signal() -> anyhow::Result<()> {

@@ -1,0 +1,86 @@
+//! Who is asking, and whether they may. Client certificates signed by the
+//! cluster CA authenticate (CN = user, O = groups); without one a request is
+//! `system:anonymous`, who may read only health and version endpoints, as
+//! upstream's default RBAC allows (`system:public-info-viewer`).
+
+use rudder_api::Status;
+
+/// An authenticated (or anonymous) user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+impl User {
+    pub fn anonymous() -> Self {
+        User {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }
+    }
+
+    pub fn is_anonymous(&self) -> bool {
+        self.name == "system:anonymous"
+    }
+
+    /// The user a verified client certificate names.
+    pub fn from_certificate(der: &[u8]) -> Option<User> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let subject = cert.subject();
+        let name = subject
+            .iter_common_name()
+            .next()?
+            .as_str()
+            .ok()?
+            .to_string();
+        let mut groups: Vec<String> = subject
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok().map(str::to_string))
+            .collect();
+        groups.push("system:authenticated".into());
+        Some(User { name, groups })
+    }
+}
+
+const PUBLIC_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version", "/version/"];
+
+/// Whether `user` may make this request.
+pub fn authorize(user: &User, path: &str, verb: &str) -> Result<(), Status> {
+    if user.groups.iter().any(|g| g == "system:masters") {
+        return Ok(());
+    }
+    let public = PUBLIC_PATHS
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")) && *p != "/version/");
+    if public && verb == "get" {
+        return Ok(());
+    }
+    Err(Status::forbidden(format!(
+        "forbidden: User {:?} cannot {verb} path {path:?}",
+        user.name
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anonymous_reads_health_only_and_masters_everything() {
+        let anonymous = User::anonymous();
+        assert!(authorize(&anonymous, "/readyz", "get").is_ok());
+        assert!(authorize(&anonymous, "/livez/ping", "get").is_ok());
+        assert_eq!(
+            authorize(&anonymous, "/api/v1/pods", "list")
+                .expect_err("forbidden")
+                .code,
+            403
+        );
+        let admin = User {
+            name: "admin".into(),
+            groups: vec!["system:masters".into()],
+        };
+        assert!(authorize(&admin, "/api/v1/pods", "delete").is_ok());
+    }
+}

@@ -1,0 +1,131 @@
+//! `/openapi/v2` and `/openapi/v3[/<group-version>]`, generated on first
+//! request and cached (the registry does not change while serving).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State as AxumState};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use rudder_api::{Status, openapi};
+use serde_json::{Map, Value, json};
+
+use crate::negotiate::parse_accept;
+use crate::response::{ApiError, ApiResult, json_response};
+use crate::state::{Document, State, content_hash};
+
+fn document(body: &Value) -> Document {
+    let body = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
+    Document {
+        hash: content_hash(&body),
+        body,
+    }
+}
+
+fn serve(doc: &Document, immutable: bool) -> Response {
+    let mut response = (StatusCode::OK, doc.body.clone()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", doc.hash)) {
+        headers.insert(header::ETAG, etag);
+    }
+    let cache = if immutable {
+        "public, immutable"
+    } else {
+        "no-cache, private"
+    };
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    response
+}
+
+pub async fn v2(AxumState(state): AxumState<Arc<State>>, headers: HeaderMap) -> ApiResult {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let ranges = parse_accept(accept);
+    let json_ok = accept.is_empty()
+        || ranges.iter().any(|r| {
+            matches!(
+                r.media.as_str(),
+                "application/json" | "*/*" | "application/*"
+            )
+        });
+    if !json_ok {
+        return Err(ApiError(Status::not_acceptable(format!(
+            "the OpenAPI v2 document is served as application/json only (got {accept:?}); kubectl 1.27 and 1.28 need --validate=false for now"
+        ))));
+    }
+    let registry = state.registry.clone();
+    let doc = state
+        .openapi_v2
+        .get_or_init(|| document(&openapi::v2(&registry)));
+    Ok(serve(doc, false))
+}
+
+fn group_versions(state: &State) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for group in state.registry.groups() {
+        for version in &group.versions {
+            out.push((group.name.clone(), version.clone()));
+        }
+    }
+    out
+}
+
+fn v3_document(state: &State, path: &str) -> Option<Document> {
+    if let Some(doc) = state.openapi_v3.lock().ok()?.get(path) {
+        return Some(doc.clone());
+    }
+    let (group, version) = group_versions(state)
+        .into_iter()
+        .find(|(g, v)| openapi::group_version_path(g, v) == path)?;
+    let doc = document(&openapi::v3_group_version(
+        &state.registry,
+        &group,
+        &version,
+    )?);
+    state
+        .openapi_v3
+        .lock()
+        .ok()?
+        .insert(path.to_string(), doc.clone());
+    Some(doc)
+}
+
+pub async fn v3_index(AxumState(state): AxumState<Arc<State>>) -> ApiResult {
+    let state2 = state.clone();
+    let paths = tokio::task::spawn_blocking(move || {
+        let mut paths = Map::new();
+        for (group, version) in group_versions(&state2) {
+            let path = openapi::group_version_path(&group, &version);
+            if let Some(doc) = v3_document(&state2, &path) {
+                paths.insert(
+                    path.clone(),
+                    json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", doc.hash)}),
+                );
+            }
+        }
+        paths
+    })
+    .await
+    .map_err(|e| ApiError(Status::internal(e.to_string())))?;
+    Ok(json_response(StatusCode::OK, &json!({"paths": paths})))
+}
+
+pub async fn v3(
+    AxumState(state): AxumState<Arc<State>>,
+    Path(path): Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> ApiResult {
+    let lookup = path.clone();
+    let doc = tokio::task::spawn_blocking(move || v3_document(&state, &lookup))
+        .await
+        .map_err(|e| ApiError(Status::internal(e.to_string())))?
+        .ok_or_else(|| ApiError(Status::not_found_path(&format!("/openapi/v3/{path}"))))?;
+    let immutable = query.get("hash").is_some_and(|h| *h == doc.hash);
+    Ok(serve(&doc, immutable))
+}

@@ -1,0 +1,201 @@
+//! Subresources: `status` (the status alone), `scale` (an
+//! `autoscaling/v1 Scale` view of `spec.replicas`), `pods/binding` and
+//! `namespaces/finalize`. The node-facing ones (log, exec, attach,
+//! port-forward, proxy) need a node agent and answer as upstream does for a
+//! pod without one.
+
+use axum::http::StatusCode;
+use bytes::Bytes;
+use rudder_api::Status;
+use rudder_api::object::Part;
+use serde_json::{Value, json};
+
+use super::write::{apply_patch, check_fields, parse_json, patch_part, update_with};
+use super::{Context, Verb};
+use crate::response::{ApiResult, json_response};
+
+pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) -> ApiResult {
+    match (subresource, verb) {
+        ("status", Verb::Get) => super::read::get(ctx).await,
+        ("status", Verb::Update) => {
+            let object = parse_json(&body)?;
+            let warnings = check_fields(ctx, &object)?;
+            update_with(ctx, Part::Status, warnings, |_| Ok(object.clone())).await
+        }
+        ("status", Verb::Patch) => patch_part(ctx, body, Part::Status).await,
+        ("scale", Verb::Get) => {
+            let (object, _) = ctx.current().await?;
+            Ok(json_response(StatusCode::OK, &scale_of(&object)))
+        }
+        ("scale", Verb::Update) => {
+            let scale = parse_json(&body)?;
+            update_scale(ctx, |_| Ok(scale.clone())).await
+        }
+        ("scale", Verb::Patch) => {
+            let patch = parse_json(&body)?;
+            update_scale(ctx, |current| apply_patch(ctx, current, &patch)).await
+        }
+        ("binding", Verb::Create) => bind(ctx, parse_json(&body)?).await,
+        ("finalize", Verb::Update) => {
+            let object = parse_json(&body)?;
+            let finalizers = object.pointer("/spec/finalizers").cloned();
+            update_with(ctx, Part::Main, Vec::new(), |old| {
+                let mut new = old.clone();
+                match &finalizers {
+                    Some(f) => new["spec"]["finalizers"] = f.clone(),
+                    None => {
+                        if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                            spec.remove("finalizers");
+                        }
+                    }
+                }
+                Ok(new)
+            })
+            .await
+        }
+        ("log" | "exec" | "attach" | "portforward" | "proxy", _) => {
+            let (object, _) = ctx.current().await?;
+            let node = object
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if node.is_empty() {
+                Err(Status::bad_request(format!(
+                    "pod {} does not have a host assigned",
+                    ctx.name()
+                ))
+                .into())
+            } else {
+                Err(Status::unavailable(format!(
+                    "the node agent on {node} cannot be reached: node streaming is not served yet"
+                ))
+                .into())
+            }
+        }
+        (other, _) => Err(Status::method_not_allowed(format!(
+            "the {other} subresource is not served yet"
+        ))
+        .into()),
+    }
+}
+
+/// The `autoscaling/v1 Scale` of a workload.
+fn scale_of(object: &Value) -> Value {
+    let meta = object.get("metadata").cloned().unwrap_or(Value::Null);
+    let selector = object.pointer("/spec/selector").map(|s| {
+        match s.get("matchLabels").or(s.get("matchExpressions")) {
+            Some(_) => rudder_api::selector::format_label_selector(s),
+            None => rudder_api::selector::format_map_selector(s),
+        }
+    });
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "creationTimestamp": meta.get("creationTimestamp"),
+        },
+        "spec": {"replicas": object.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
+        "status": {
+            "replicas": object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector.unwrap_or_default(),
+        },
+    })
+}
+
+async fn update_scale<F>(ctx: &Context, scale: F) -> ApiResult
+where
+    F: Fn(&Value) -> Result<Value, Status>,
+{
+    let response = update_with(ctx, Part::Main, Vec::new(), |old| {
+        let new_scale = scale(&scale_of(old))?;
+        let replicas = match new_scale.pointer("/spec/replicas") {
+            Some(Value::Number(n)) if n.as_i64().is_some_and(|r| r >= 0) => n.clone(),
+            Some(other) => {
+                return Err(Status::invalid(
+                    ctx.def().target(),
+                    ctx.name(),
+                    vec![rudder_api::Cause::invalid(
+                        "spec.replicas",
+                        other,
+                        "must be greater than or equal to 0",
+                    )],
+                ));
+            }
+            None => json!(0)
+                .as_number()
+                .cloned()
+                .unwrap_or_else(|| serde_json::Number::from(0)),
+        };
+        let mut new = old.clone();
+        new["spec"]["replicas"] = Value::Number(replicas);
+        if let Some(rv) = new_scale
+            .pointer("/metadata/resourceVersion")
+            .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+        {
+            new["metadata"]["resourceVersion"] = rv.clone();
+        } else if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+        }
+        Ok(new)
+    })
+    .await?;
+    // Answer with the Scale of what was stored.
+    let (object, _) = ctx.current().await?;
+    let _ = response;
+    Ok(json_response(StatusCode::OK, &scale_of(&object)))
+}
+
+/// `pods/binding`: assigns an unscheduled pod to a node.
+async fn bind(ctx: &Context, binding: Value) -> ApiResult {
+    let node = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if node.is_empty() {
+        return Err(Status::invalid(
+            ctx.def().target(),
+            ctx.name(),
+            vec![rudder_api::Cause::required("target.name")],
+        )
+        .into());
+    }
+    update_with(ctx, Part::Main, Vec::new(), |old| {
+        let current = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !current.is_empty() {
+            return Err(Status::conflict(
+                ctx.def().target(),
+                ctx.name(),
+                &format!("pod {} is already assigned to node {current:?}", ctx.name()),
+            ));
+        }
+        if old
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|v| !v.is_null())
+        {
+            return Err(Status::conflict(
+                ctx.def().target(),
+                ctx.name(),
+                "pod is being deleted, cannot be assigned to a host",
+            ));
+        }
+        let mut new = old.clone();
+        new["spec"]["nodeName"] = json!(node);
+        if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+        }
+        Ok(new)
+    })
+    .await?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}

@@ -1,0 +1,429 @@
+//! create, update, patch, delete and deletecollection. Every update goes
+//! through one compare-and-swap loop on the store's `mod_revision`.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::Bytes;
+use rudder_api::object::{self, FieldValidation, Part, Stamp};
+use rudder_api::patch::{self, PatchType};
+use rudder_api::{ResourceDef, Status};
+use serde_json::{Value, json};
+
+use super::Context;
+use super::objects::{
+    decode, encode, name_suffix, now, now_seconds, resource_version, set_resource_version, uid,
+};
+use super::read::{Selectors, list_objects};
+use crate::negotiate::content_type;
+use crate::response::{ApiResult, json_response, store_error, with_warnings};
+
+/// How many times an update retries a conflict it may resolve itself.
+const MAX_RETRIES: usize = 8;
+
+pub fn parse_json(body: &Bytes) -> Result<Value, Status> {
+    serde_json::from_slice(body)
+        .map_err(|e| Status::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+fn json_body(ctx: &Context, body: &Bytes) -> Result<Value, Status> {
+    let media = content_type(&ctx.headers);
+    if media != "application/json" && media != "*/*" {
+        return Err(Status::unsupported_media_type(&media));
+    }
+    parse_json(body)
+}
+
+/// Unknown fields, as `fieldValidation` wants them treated: an error when
+/// Strict, warnings when Warn.
+pub fn check_fields(ctx: &Context, object: &Value) -> Result<Vec<String>, Status> {
+    let mode = FieldValidation::parse(ctx.params.get("fieldValidation"))?;
+    let unknown = object::unknown_fields(ctx.def(), object)?;
+    if unknown.is_empty() || mode == FieldValidation::Ignore {
+        return Ok(Vec::new());
+    }
+    if mode == FieldValidation::Strict {
+        return Err(object::strict_error(ctx.def(), &unknown));
+    }
+    Ok(unknown
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect())
+}
+
+fn name_of(object: &Value) -> String {
+    object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
+    let mut object = json_body(ctx, &body)?;
+    object::check_type(ctx.def(), &mut object)?;
+    let warnings = check_fields(ctx, &object)?;
+    ctx.check_namespace(true).await?;
+    let (now, uid, suffix) = (now(), uid(), name_suffix());
+    object::prepare_create(
+        ctx.def(),
+        &mut object,
+        ctx.namespace(),
+        &Stamp {
+            now: &now,
+            uid: &uid,
+            suffix: &suffix,
+        },
+    )?;
+    let name = name_of(&object);
+    if !ctx.params.dry_run()? {
+        let key = ctx.def().key(ctx.namespace(), &name);
+        let kv = ctx
+            .state
+            .store
+            .create(key.as_bytes(), encode(&object))
+            .await
+            .map_err(|e| store_error(e, ctx.def(), &name))?;
+        set_resource_version(&mut object, kv.mod_revision);
+    }
+    Ok(with_warnings(
+        json_response(StatusCode::CREATED, &object),
+        &warnings,
+    ))
+}
+
+/// The outcome of one update attempt.
+enum Attempt {
+    Done(Response),
+    Retry,
+}
+
+/// Reads the object, computes its new form with `change`, and writes it if
+/// it changed — retrying on a concurrent write unless the request pinned a
+/// `resourceVersion`. `part` says what the request may write.
+pub async fn update_with<F>(
+    ctx: &Context,
+    part: Part,
+    warnings: Vec<String>,
+    change: F,
+) -> ApiResult
+where
+    F: Fn(&Value) -> Result<Value, Status>,
+{
+    for _ in 0..MAX_RETRIES {
+        match update_once(ctx, part, &warnings, &change).await? {
+            Attempt::Done(response) => return Ok(response),
+            Attempt::Retry => continue,
+        }
+    }
+    Err(Status::modified(ctx.def().target(), ctx.name()).into())
+}
+
+async fn update_once<F>(
+    ctx: &Context,
+    part: Part,
+    warnings: &[String],
+    change: &F,
+) -> Result<Attempt, Status>
+where
+    F: Fn(&Value) -> Result<Value, Status>,
+{
+    let def = ctx.def();
+    let (old, revision) = ctx.current().await?;
+    let mut new = change(&old)?;
+    let pinned = resource_version(&new)?;
+    if let Some(pinned) = pinned
+        && pinned != revision
+    {
+        return Err(Status::modified(def.target(), ctx.name()));
+    }
+    object::prepare_update(def, &mut new, &old, part)?;
+    set_resource_version(&mut new, revision);
+    if new == old {
+        return Ok(Attempt::Done(with_warnings(
+            json_response(StatusCode::OK, &old),
+            warnings,
+        )));
+    }
+    if ctx.params.dry_run()? {
+        return Ok(Attempt::Done(with_warnings(
+            json_response(StatusCode::OK, &new),
+            warnings,
+        )));
+    }
+    let store = &ctx.state.store;
+    let key = ctx.key();
+    let finalized = is_terminating(&new) && finalizers(&new).is_empty();
+    let result = if finalized {
+        store
+            .delete(key.as_bytes(), Some(revision))
+            .await
+            .map(|d| d.revision)
+    } else {
+        store
+            .update(key.as_bytes(), encode(&new), revision)
+            .await
+            .map(|kv| kv.mod_revision)
+    };
+    match result {
+        Ok(written) => {
+            set_resource_version(&mut new, written);
+            Ok(Attempt::Done(with_warnings(
+                json_response(StatusCode::OK, &new),
+                warnings,
+            )))
+        }
+        Err(rudder_store::Error::Conflict { .. }) if pinned.is_none() => Ok(Attempt::Retry),
+        Err(e) => Err(store_error(e, def, ctx.name())),
+    }
+}
+
+pub async fn update(ctx: &Context, body: Bytes) -> ApiResult {
+    let mut object = json_body(ctx, &body)?;
+    object::check_type(ctx.def(), &mut object)?;
+    let warnings = check_fields(ctx, &object)?;
+    if let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str)
+        && name != ctx.name()
+    {
+        return Err(Status::bad_request(format!(
+            "the name of the object ({name}) does not match the name on the URL ({})",
+            ctx.name()
+        ))
+        .into());
+    }
+    update_with(ctx, Part::Main, warnings, |_| Ok(object.clone())).await
+}
+
+/// The object a patch of `old` produces.
+pub fn apply_patch(ctx: &Context, old: &Value, patch_body: &Value) -> Result<Value, Status> {
+    let media = content_type(&ctx.headers);
+    let mut base = old.clone();
+    if let Some(meta) = base.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+    match PatchType::from_content_type(&media) {
+        Some(PatchType::Json) => patch::json_patch(&base, patch_body),
+        Some(PatchType::Merge) => patch::merge_patch(&base, patch_body),
+        Some(PatchType::StrategicMerge | PatchType::Apply) => {
+            Err(Status::unsupported_media_type(&format!(
+                "{media} (strategic merge patch and server-side apply are not served yet; use --type=merge or --type=json)"
+            )))
+        }
+        None => Err(Status::unsupported_media_type(&media)),
+    }
+}
+
+pub async fn patch_part(ctx: &Context, body: Bytes, part: Part) -> ApiResult {
+    let patch_body = parse_json(&body)?;
+    // The patch's own unknown fields, judged on the patched object.
+    let (current, _) = ctx.current().await?;
+    let patched = apply_patch(ctx, &current, &patch_body)?;
+    let warnings = check_fields(ctx, &patched)?;
+    update_with(ctx, part, warnings, |old| {
+        apply_patch(ctx, old, &patch_body)
+    })
+    .await
+}
+
+pub async fn patch(ctx: &Context, body: Bytes) -> ApiResult {
+    patch_part(ctx, body, Part::Main).await
+}
+
+fn is_terminating(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+fn finalizers(object: &Value) -> Vec<Value> {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `DeleteOptions` from the body and the query.
+#[derive(Debug, Default)]
+struct DeleteOptions {
+    grace_period: Option<i64>,
+    uid: Option<String>,
+    resource_version: Option<u64>,
+}
+
+fn delete_options(ctx: &Context, body: &Bytes) -> Result<DeleteOptions, Status> {
+    let mut options = DeleteOptions::default();
+    if !body.is_empty() {
+        let value = parse_json(body)?;
+        options.grace_period = value.get("gracePeriodSeconds").and_then(Value::as_i64);
+        options.uid = value
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        options.resource_version = match value
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+        {
+            Some(rv) => Some(rv.parse().map_err(|_| {
+                Status::bad_request(format!("invalid resourceVersion precondition {rv:?}"))
+            })?),
+            None => None,
+        };
+        if let Some(policy) = value.get("propagationPolicy").and_then(Value::as_str)
+            && !matches!(policy, "Background" | "Foreground" | "Orphan")
+        {
+            return Err(Status::bad_request(format!(
+                "propagationPolicy: Unsupported value: {policy:?}"
+            )));
+        }
+    }
+    if let Some(grace) = ctx.params.number("gracePeriodSeconds")? {
+        options.grace_period = Some(grace);
+    }
+    Ok(options)
+}
+
+/// Deletes one object: at once, or — for a pod on a node given a grace
+/// period, or an object with finalizers — by marking it deleted and leaving
+/// the rest to whoever owns that step.
+async fn delete_one(
+    ctx: &Context,
+    def: &ResourceDef,
+    key: &str,
+    name: &str,
+    options: &DeleteOptions,
+) -> Result<(StatusCode, Value), Status> {
+    let store = &ctx.state.store;
+    let dry_run = ctx.params.dry_run()?;
+    for _ in 0..MAX_RETRIES {
+        let kv = store
+            .get(key.as_bytes(), None)
+            .await
+            .map_err(|e| store_error(e, def, name))?;
+        let mut object = decode(&kv)?;
+        let object_uid = object
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if let Some(uid) = &options.uid
+            && *uid != object_uid
+        {
+            return Err(Status::conflict(
+                def.target(),
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {object_uid}"
+                ),
+            ));
+        }
+        if let Some(rv) = options.resource_version
+            && rv != kv.mod_revision
+        {
+            return Err(Status::conflict(
+                def.target(),
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    kv.mod_revision
+                ),
+            ));
+        }
+        let on_node = def.group.is_empty()
+            && def.kind == "Pod"
+            && object
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty());
+        let default_grace = object
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(30);
+        let grace = if on_node {
+            options.grace_period.unwrap_or(default_grace).max(0)
+        } else {
+            0
+        };
+        let pending = !finalizers(&object).is_empty();
+        if grace > 0 || pending {
+            if is_terminating(&object) {
+                let current = object
+                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                if grace >= current || !on_node {
+                    return Ok((StatusCode::OK, object));
+                }
+            }
+            let deadline = rudder_api::time::format_rfc3339(now_seconds() + grace);
+            object["metadata"]["deletionTimestamp"] = json!(deadline);
+            object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            if dry_run {
+                return Ok((StatusCode::OK, object));
+            }
+            match store
+                .update(key.as_bytes(), encode(&object), kv.mod_revision)
+                .await
+            {
+                Ok(written) => {
+                    set_resource_version(&mut object, written.mod_revision);
+                    let code = if pending && grace == 0 {
+                        StatusCode::ACCEPTED
+                    } else {
+                        StatusCode::OK
+                    };
+                    return Ok((code, object));
+                }
+                Err(rudder_store::Error::Conflict { .. }) => continue,
+                Err(e) => return Err(store_error(e, def, name)),
+            }
+        }
+        if dry_run {
+            return Ok((StatusCode::OK, object));
+        }
+        match store.delete(key.as_bytes(), Some(kv.mod_revision)).await {
+            Ok(deleted) => {
+                set_resource_version(&mut object, deleted.revision);
+                if def.group.is_empty() && def.kind == "Pod" {
+                    return Ok((StatusCode::OK, object));
+                }
+                return Ok((
+                    StatusCode::OK,
+                    rudder_api::status::success_status(def.target(), name, &object_uid),
+                ));
+            }
+            Err(rudder_store::Error::Conflict { .. }) => continue,
+            Err(e) => return Err(store_error(e, def, name)),
+        }
+    }
+    Err(Status::modified(def.target(), name))
+}
+
+pub async fn delete(ctx: &Context, body: Bytes) -> ApiResult {
+    let options = delete_options(ctx, &body)?;
+    let (code, object) = delete_one(ctx, ctx.def(), &ctx.key(), ctx.name(), &options).await?;
+    Ok(json_response(code, &object))
+}
+
+pub async fn delete_collection(ctx: &Context, body: Bytes) -> ApiResult {
+    let options = delete_options(ctx, &body)?;
+    let selectors = Selectors::parse(ctx)?;
+    let listed = list_objects(ctx, &selectors).await?;
+    let mut deleted = Vec::new();
+    for object in listed.items {
+        let name = name_of(&object);
+        let namespace = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str);
+        let key = ctx.def().key(namespace, &name);
+        match delete_one(ctx, ctx.def(), &key, &name, &options).await {
+            Ok(_) => deleted.push(object),
+            Err(status) if status.code == 404 => {}
+            Err(status) => return Err(status.into()),
+        }
+    }
+    let def = ctx.def();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"kind": def.list_kind, "apiVersion": def.api_version(), "metadata": {}, "items": deleted}),
+    ))
+}

@@ -1,0 +1,54 @@
+//! What every handler shares.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
+use rudder_api::Registry;
+use rudder_store::Store;
+use tokio_util::sync::CancellationToken;
+
+/// A generated OpenAPI document and its content hash.
+#[derive(Debug, Clone)]
+pub struct Document {
+    pub hash: String,
+    pub body: Bytes,
+}
+
+/// Shared server state.
+#[derive(Debug)]
+pub struct State {
+    pub registry: Arc<Registry>,
+    pub store: Arc<dyn Store>,
+    /// `/readyz` answers ok once bootstrap is done.
+    pub ready: AtomicBool,
+    pub openapi_v2: OnceLock<Document>,
+    pub openapi_v3: Mutex<HashMap<String, Document>>,
+    /// Fires when the server shuts down: long-running requests (watches) end.
+    pub shutdown: CancellationToken,
+}
+
+impl State {
+    pub fn new(registry: Arc<Registry>, store: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(State {
+            registry,
+            store,
+            ready: AtomicBool::new(false),
+            openapi_v2: OnceLock::new(),
+            openapi_v3: Mutex::new(HashMap::new()),
+            shutdown: CancellationToken::new(),
+        })
+    }
+}
+
+/// A stable content hash (FNV-1a 64), upper-case hex, for OpenAPI URLs and
+/// ETags.
+pub fn content_hash(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016X}")
+}
