@@ -12,6 +12,7 @@ pub mod defaults;
 pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod selector;
 pub mod table;
 pub mod time;

@@ -10,7 +10,7 @@ use rudder_api::Status;
 use rudder_api::object::Part;
 use serde_json::{Value, json};
 
-use super::write::{apply_patch, check_fields, parse_json, patch_part, update_with};
+use super::write::{apply_patch, check_fields, object_body, parse_json, patch_part, update_with};
 use super::{Context, Verb};
 use crate::response::{ApiResult, json_response};
 
@@ -18,7 +18,7 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
     match (subresource, verb) {
         ("status", Verb::Get) => super::read::get(ctx).await,
         ("status", Verb::Update) => {
-            let object = parse_json(&body)?;
+            let object = object_body(ctx, &body)?;
             let warnings = check_fields(ctx, &object)?;
             update_with(ctx, Part::Status, warnings, |_| Ok(object.clone())).await
         }
@@ -28,16 +28,16 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
             Ok(json_response(StatusCode::OK, &scale_of(&object)))
         }
         ("scale", Verb::Update) => {
-            let scale = parse_json(&body)?;
+            let scale = object_body(ctx, &body)?;
             update_scale(ctx, |_| Ok(scale.clone())).await
         }
         ("scale", Verb::Patch) => {
             let patch = parse_json(&body)?;
             update_scale(ctx, |current| apply_patch(ctx, current, &patch)).await
         }
-        ("binding", Verb::Create) => bind(ctx, parse_json(&body)?).await,
+        ("binding", Verb::Create) => bind(ctx, object_body(ctx, &body)?).await,
         ("finalize", Verb::Update) => {
-            let object = parse_json(&body)?;
+            let object = object_body(ctx, &body)?;
             let finalizers = object.pointer("/spec/finalizers").cloned();
             update_with(ctx, Part::Main, Vec::new(), |old| {
                 let mut new = old.clone();

@@ -25,12 +25,20 @@ pub fn parse_json(body: &Bytes) -> Result<Value, Status> {
         .map_err(|e| Status::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
-fn json_body(ctx: &Context, body: &Bytes) -> Result<Value, Status> {
-    let media = content_type(&ctx.headers);
-    if media != "application/json" && media != "*/*" {
-        return Err(Status::unsupported_media_type(&media));
+/// The object a request body carries: JSON, or Kubernetes protobuf as
+/// kubectl 1.32+ sends it.
+pub fn object_body(ctx: &Context, body: &Bytes) -> Result<Value, Status> {
+    match content_type(&ctx.headers).as_str() {
+        "application/json" | "*/*" => parse_json(body),
+        "application/vnd.kubernetes.protobuf" => {
+            rudder_api::protobuf::decode(&ctx.state.registry, body).map_err(|e| {
+                Status::bad_request(format!(
+                    "the request body is not a valid Kubernetes protobuf object: {e}"
+                ))
+            })
+        }
+        other => Err(Status::unsupported_media_type(other)),
     }
-    parse_json(body)
 }
 
 /// Unknown fields, as `fieldValidation` wants them treated: an error when
@@ -59,7 +67,7 @@ fn name_of(object: &Value) -> String {
 }
 
 pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
-    let mut object = json_body(ctx, &body)?;
+    let mut object = object_body(ctx, &body)?;
     object::check_type(ctx.def(), &mut object)?;
     let warnings = check_fields(ctx, &object)?;
     ctx.check_namespace(true).await?;
@@ -178,7 +186,7 @@ where
 }
 
 pub async fn update(ctx: &Context, body: Bytes) -> ApiResult {
-    let mut object = json_body(ctx, &body)?;
+    let mut object = object_body(ctx, &body)?;
     object::check_type(ctx.def(), &mut object)?;
     let warnings = check_fields(ctx, &object)?;
     if let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str)
@@ -253,7 +261,7 @@ struct DeleteOptions {
 fn delete_options(ctx: &Context, body: &Bytes) -> Result<DeleteOptions, Status> {
     let mut options = DeleteOptions::default();
     if !body.is_empty() {
-        let value = parse_json(body)?;
+        let value = object_body(ctx, body)?;
         options.grace_period = value.get("gracePeriodSeconds").and_then(Value::as_i64);
         options.uid = value
             .pointer("/preconditions/uid")
