@@ -26,6 +26,9 @@ pub const STANDARD_VERBS: &[&str] = &[
     "watch",
 ];
 
+/// Round-trips an object through its typed form.
+pub type RoundTrip = fn(&Value) -> Result<Value, String>;
+
 /// A subresource, as discovery lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subresource {
@@ -54,7 +57,7 @@ pub struct ResourceDef {
     pub subresources: Vec<Subresource>,
     /// Round-trips an object through its typed form: what comes back is what
     /// the type knows, so fields that differ were unknown or malformed.
-    pub typed_round_trip: Option<fn(&Value) -> Result<Value, String>>,
+    pub typed_round_trip: Option<RoundTrip>,
     /// The OpenAPI schema of the kind.
     pub schema: Option<fn(&mut SchemaGenerator) -> Schema>,
     /// The OpenAPI definition name: `io.k8s.api.apps.v1.Deployment`.

@@ -310,10 +310,10 @@ fn split_unescaped(text: &str, separator: char) -> Vec<String> {
     let mut escaped = false;
     for c in text.chars() {
         if escaped {
-            parts.last_mut().map(|p| {
+            if let Some(p) = parts.last_mut() {
                 p.push('\\');
-                p.push(c)
-            });
+                p.push(c);
+            }
             escaped = false;
         } else if c == '\\' {
             escaped = true;

@@ -77,7 +77,7 @@ pub struct Status {
     pub reason: &'static str,
     pub message: String,
     /// What the error is about: `(group, kind, name)`.
-    pub details: Option<Details>,
+    pub details: Option<Box<Details>>,
     pub causes: Vec<Cause>,
     /// Seconds before a retry, for 429 and 503 (`Retry-After`).
     pub retry_after: Option<u32>,
@@ -204,7 +204,7 @@ impl Status {
 
     pub fn not_found(target: Target<'_>, name: &str) -> Self {
         Status {
-            details: Some(target.details(name)),
+            details: Some(Box::new(target.details(name))),
             ..Status::new(
                 404,
                 "NotFound",
@@ -214,7 +214,7 @@ impl Status {
     }
     pub fn already_exists(target: Target<'_>, name: &str) -> Self {
         Status {
-            details: Some(target.details(name)),
+            details: Some(Box::new(target.details(name))),
             ..Status::new(
                 409,
                 "AlreadyExists",
@@ -224,7 +224,7 @@ impl Status {
     }
     pub fn conflict(target: Target<'_>, name: &str, detail: &str) -> Self {
         Status {
-            details: Some(target.details(name)),
+            details: Some(Box::new(target.details(name))),
             ..Status::new(
                 409,
                 "Conflict",
@@ -256,7 +256,7 @@ impl Status {
             many => format!("{kind} {name:?} is invalid: [{}]", many.join(", ")),
         };
         Status {
-            details: Some(target.kind_details(name)),
+            details: Some(Box::new(target.kind_details(name))),
             causes,
             ..Status::new(422, "Invalid", message)
         }

@@ -177,15 +177,13 @@ pub fn object_meta(meta: &Value, rule: NameRule, namespaced: bool) -> Vec<Cause>
         .and_then(Value::as_str)
         .filter(|g| !g.is_empty())
     {
-        let candidate = generate.trim_end_matches('-');
-        if !candidate.is_empty() && rule.check(candidate).is_err() {
-            if let Err(why) = rule.check(&format!("{generate}a")) {
-                causes.push(Cause::invalid(
-                    "metadata.generateName",
-                    &Value::String(generate.into()),
-                    &why,
-                ));
-            }
+        // A prefix is valid when a name made from it can be.
+        if let Err(why) = rule.check(&format!("{generate}a")) {
+            causes.push(Cause::invalid(
+                "metadata.generateName",
+                &Value::String(generate.into()),
+                &why,
+            ));
         }
     }
     match (namespaced, meta.get("namespace").and_then(Value::as_str)) {

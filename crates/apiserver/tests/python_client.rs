@@ -7,7 +7,8 @@ use support::Backend;
 
 fn python() -> String {
     std::env::var("RUDDER_PYTHON").unwrap_or_else(|_| {
-        let venv = std::env::var("RUDDER_PYTHON_VENV").unwrap_or_else(|_| "/var/tmp/rudder-python".into());
+        let venv =
+            std::env::var("RUDDER_PYTHON_VENV").unwrap_or_else(|_| "/var/tmp/rudder-python".into());
         format!("{venv}/bin/python")
     })
 }
@@ -15,7 +16,8 @@ fn python() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_client_works() {
     let server = support::start(Backend::Embedded).await;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/client_test.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/client_test.py");
     let kubeconfig = server.kubeconfig.clone();
     let output = tokio::process::Command::new(python())
         .arg(&script)
@@ -25,6 +27,9 @@ async fn the_python_client_works() {
         .expect("run python (run scripts/setup to install the client)");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "python client test failed:\n{stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "python client test failed:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("8 passed, 0 failed"), "{stdout}");
 }

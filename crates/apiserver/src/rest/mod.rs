@@ -34,7 +34,7 @@ pub struct Params {
 
 impl Params {
     pub fn parse(query: Option<&str>) -> Self {
-        let pairs = query.map(|q| url_decode_pairs(q)).unwrap_or_default();
+        let pairs = query.map(url_decode_pairs).unwrap_or_default();
         Params { pairs }
     }
 
