@@ -11,6 +11,7 @@ pub use status::{Cause, Status};
 pub mod defaults;
 pub mod object;
 pub mod openapi;
+pub mod openapi_pb;
 pub mod patch;
 pub mod protobuf;
 pub mod selector;

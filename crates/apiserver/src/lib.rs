@@ -103,6 +103,7 @@ pub fn router(state: Arc<State>) -> Router {
             get(discovery::group_version_resources),
         )
         .route("/openapi/v2", get(openapi::v2))
+        .route("/swagger-2.0.0.pb-v1", get(openapi::v2_legacy_protobuf))
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*path}", get(openapi::v3))
         .fallback(rest::dispatch)

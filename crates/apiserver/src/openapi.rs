@@ -41,29 +41,85 @@ fn serve(doc: &Document, immutable: bool) -> Response {
     response
 }
 
+/// The media type of the protobuf OpenAPI v2 document, as responses carry
+/// it (clients ask for it as `…spec.v2@v1.0+protobuf` too, but `@` is not a
+/// valid MIME token and Go's parser rejects it in a response).
+pub const PROTOBUF_V2: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+fn serve_as(doc: &Document, content_type: &'static str) -> Response {
+    let mut response = serve(doc, false);
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn v2_json(state: &State) -> Document {
+    state
+        .openapi_v2
+        .get_or_init(|| document(&openapi::v2(&state.registry)))
+        .clone()
+}
+
+fn v2_protobuf(state: &State) -> Document {
+    state
+        .openapi_v2_protobuf
+        .get_or_init(|| {
+            let json: Value = serde_json::from_slice(&v2_json(state).body).unwrap_or(Value::Null);
+            let body = Bytes::from(rudder_api::openapi_pb::encode(&json));
+            Document {
+                hash: content_hash(&body),
+                body,
+            }
+        })
+        .clone()
+}
+
+/// `/openapi/v2`: JSON, or gnostic protobuf when the client prefers it
+/// (kubectl 1.27 and 1.28 ask for nothing else).
 pub async fn v2(AxumState(state): AxumState<Arc<State>>, headers: HeaderMap) -> ApiResult {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let ranges = parse_accept(accept);
-    let json_ok = accept.is_empty()
-        || ranges.iter().any(|r| {
-            matches!(
-                r.media.as_str(),
-                "application/json" | "*/*" | "application/*"
-            )
-        });
-    if !json_ok {
-        return Err(ApiError(Status::not_acceptable(format!(
-            "the OpenAPI v2 document is served as application/json only (got {accept:?}); kubectl 1.27 and 1.28 need --validate=false for now"
-        ))));
-    }
-    let registry = state.registry.clone();
-    let doc = state
-        .openapi_v2
-        .get_or_init(|| document(&openapi::v2(&registry)));
-    Ok(serve(doc, false))
+        .unwrap_or("")
+        .to_string();
+    let ranges = parse_accept(&accept);
+    let choice = if accept.trim().is_empty() {
+        Some(false)
+    } else {
+        ranges.iter().find_map(|r| match r.media.as_str() {
+            "application/json" | "*/*" | "application/*" => Some(false),
+            m if m.starts_with("application/com.github.proto-openapi.spec.v2") => Some(true),
+            _ => None,
+        })
+    };
+    let protobuf = choice.ok_or_else(|| {
+        ApiError(Status::not_acceptable(format!(
+            "the OpenAPI v2 document is served as application/json or {PROTOBUF_V2} (got {accept:?})"
+        )))
+    })?;
+    let doc = tokio::task::spawn_blocking(move || {
+        if protobuf {
+            v2_protobuf(&state)
+        } else {
+            v2_json(&state)
+        }
+    })
+    .await
+    .map_err(|e| ApiError(Status::internal(e.to_string())))?;
+    Ok(if protobuf {
+        serve_as(&doc, PROTOBUF_V2)
+    } else {
+        serve(&doc, false)
+    })
+}
+
+/// `/swagger-2.0.0.pb-v1`: the protobuf document at its legacy path.
+pub async fn v2_legacy_protobuf(AxumState(state): AxumState<Arc<State>>) -> ApiResult {
+    let doc = tokio::task::spawn_blocking(move || v2_protobuf(&state))
+        .await
+        .map_err(|e| ApiError(Status::internal(e.to_string())))?;
+    Ok(serve_as(&doc, PROTOBUF_V2))
 }
 
 fn group_versions(state: &State) -> Vec<(String, String)> {

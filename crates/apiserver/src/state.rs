@@ -24,6 +24,8 @@ pub struct State {
     /// `/readyz` answers ok once bootstrap is done.
     pub ready: AtomicBool,
     pub openapi_v2: OnceLock<Document>,
+    /// The same document in gnostic's protobuf form.
+    pub openapi_v2_protobuf: OnceLock<Document>,
     pub openapi_v3: Mutex<HashMap<String, Document>>,
     /// Fires when the server shuts down: long-running requests (watches) end.
     pub shutdown: CancellationToken,
@@ -36,6 +38,7 @@ impl State {
             store,
             ready: AtomicBool::new(false),
             openapi_v2: OnceLock::new(),
+            openapi_v2_protobuf: OnceLock::new(),
             openapi_v3: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
         })
