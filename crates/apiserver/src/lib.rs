@@ -3,6 +3,7 @@
 //! every resource of the registry (ARCHITECTURE.md §4, docs/apiserver.md).
 
 pub mod auth;
+pub mod cache;
 mod discovery;
 pub mod negotiate;
 mod openapi;

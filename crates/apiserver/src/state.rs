@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::cache::Cache;
+
 use bytes::Bytes;
 use rudder_api::Registry;
 use rudder_store::Store;
@@ -29,6 +31,8 @@ pub struct State {
     pub openapi_v3: Mutex<HashMap<String, Document>>,
     /// Fires when the server shuts down: long-running requests (watches) end.
     pub shutdown: CancellationToken,
+    /// The watch cache of each resource, started on first use.
+    pub caches: crate::cache::Caches,
 }
 
 impl State {
@@ -41,7 +45,15 @@ impl State {
             openapi_v2_protobuf: OnceLock::new(),
             openapi_v3: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
+            caches: Default::default(),
         })
+    }
+}
+
+impl State {
+    /// The watch cache of the resource stored under `key_prefix`.
+    pub fn cache(&self, key_prefix: &str) -> Arc<Cache> {
+        self.caches.get(key_prefix, &self.store, &self.shutdown)
     }
 }
 

@@ -269,3 +269,66 @@ async fn a_watch_from_a_compacted_revision_is_gone() {
 async fn server_store_compact(server: &support::Server, revision: u64) {
     server.store().compact(revision).await.expect("compact");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_before_the_cache_window_come_from_the_store_and_many_watchers_agree() {
+    let server = support::start(Backend::Embedded).await;
+    let cms: Api<ConfigMap> = Api::namespaced(server.client.clone(), "default");
+    // Revisions from before the cache for configmaps existed.
+    let early = cms
+        .create(&PostParams::default(), &configmap("early", &[]))
+        .await
+        .expect("create");
+    let early_rv = early.metadata.resource_version.expect("rv");
+    cms.create(&PostParams::default(), &configmap("second", &[]))
+        .await
+        .expect("create");
+    // The first list starts the cache at the current revision.
+    cms.list(&ListParams::default()).await.expect("list");
+    let mut from_store = cms
+        .watch(&WatchParams::default(), &early_rv)
+        .await
+        .expect("watch")
+        .boxed();
+    match from_store.try_next().await.expect("stream") {
+        Some(WatchEvent::Added(cm)) => assert_eq!(cm.metadata.name.as_deref(), Some("second")),
+        other => panic!("expected the create after the resourceVersion, got {other:?}"),
+    }
+
+    // Many watchers of the cache see the same events in the same order.
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut watchers = Vec::new();
+    for _ in 0..20 {
+        watchers.push(
+            cms.watch(&WatchParams::default(), &rv)
+                .await
+                .expect("watch")
+                .boxed(),
+        );
+    }
+    for i in 0..5 {
+        cms.create(&PostParams::default(), &configmap(&format!("fan-{i}"), &[]))
+            .await
+            .expect("create");
+    }
+    for watcher in &mut watchers {
+        let mut names = Vec::new();
+        while names.len() < 5 {
+            match watcher.try_next().await.expect("stream") {
+                Some(WatchEvent::Added(cm)) => names.push(cm.metadata.name.expect("name")),
+                Some(WatchEvent::Bookmark(_)) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(
+            names,
+            (0..5).map(|i| format!("fan-{i}")).collect::<Vec<_>>()
+        );
+    }
+}

@@ -1,7 +1,10 @@
 //! get and list: label and field selectors, `limit`/`continue` chunking,
 //! `resourceVersion`/`resourceVersionMatch`, and Table output.
 
-use axum::http::StatusCode;
+use std::sync::Arc;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::IntoResponse;
 use base64::Engine;
 use bytes::Bytes;
 use rudder_api::selector::{FieldSelector, LabelSelector};
@@ -11,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::objects::{decode, now_seconds};
 use super::{Context, Params};
+use crate::cache::Cached;
 use crate::negotiate::{self, Output};
 use crate::response::{ApiResult, json_response, store_error};
 
@@ -101,16 +105,13 @@ pub async fn get(ctx: &Context) -> ApiResult {
         Output::Json => json_response(StatusCode::OK, &object),
         Output::Table => {
             let meta = json!({"resourceVersion": kv.mod_revision.to_string()});
-            json_response(
-                StatusCode::OK,
-                &table(
-                    ctx.def(),
-                    &[object],
-                    meta,
-                    Include::parse(&ctx.params)?,
-                    true,
-                ),
-            )
+            table_response(&table(
+                ctx.def(),
+                &[object],
+                meta,
+                Include::parse(&ctx.params)?,
+                true,
+            ))
         }
     })
 }
@@ -280,29 +281,174 @@ pub async fn list_objects(ctx: &Context, selectors: &Selectors) -> Result<Listed
     }
 }
 
+/// A list served from the watch cache.
+struct CachedList {
+    items: Vec<Arc<Cached>>,
+    revision: u64,
+    next: Option<Continue>,
+    remaining: Option<u64>,
+}
+
+/// Serves a list from the watch cache when its semantics allow: not a
+/// continued list (those read the store at the first page's revision) and
+/// not an exact old revision. A list without a resourceVersion is a
+/// consistent read: the cache first catches up with the store.
+async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<CachedList>, Status> {
+    let params = &ctx.params;
+    if params.get("continue").is_some_and(|c| !c.is_empty())
+        || params.get("resourceVersionMatch") == Some("Exact")
+    {
+        return Ok(None);
+    }
+    let def = ctx.def();
+    let target = match params.get("resourceVersion") {
+        None | Some("") => ctx
+            .state
+            .store
+            .current_revision()
+            .await
+            .map_err(|e| store_error(e, def, ""))?,
+        Some("0") => 0,
+        Some(rv) => rv
+            .parse()
+            .map_err(|_| Status::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+    };
+    if params
+        .get("resourceVersionMatch")
+        .is_some_and(|m| !m.is_empty() && m != "NotOlderThan")
+    {
+        return Err(Status::bad_request(
+            "resourceVersionMatch: Unsupported value: supported values: \"Exact\", \"NotOlderThan\"",
+        ));
+    }
+    let cache = ctx.state.cache(&def.key_prefix());
+    cache.wait_for(target).await?;
+    let snapshot = cache.snapshot(&ctx.prefix(), None);
+    let limit = params
+        .number("limit")?
+        .filter(|l| *l > 0)
+        .map(|l| l as usize);
+    let mut items = Vec::new();
+    for (i, object) in snapshot.objects.iter().enumerate() {
+        if !selectors.matches(&object.value) {
+            continue;
+        }
+        items.push(object.clone());
+        if limit.is_some_and(|l| items.len() >= l) && i + 1 < snapshot.objects.len() {
+            let namespace = object
+                .value
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str);
+            let name = object
+                .value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let after = def.key(namespace, name).into_bytes();
+            let remaining = selectors
+                .is_empty()
+                .then(|| (snapshot.objects.len() - i - 1) as u64);
+            return Ok(Some(CachedList {
+                items,
+                revision: snapshot.revision,
+                next: Some(Continue {
+                    revision: snapshot.revision,
+                    after,
+                }),
+                remaining,
+            }));
+        }
+    }
+    Ok(Some(CachedList {
+        items,
+        revision: snapshot.revision,
+        next: None,
+        remaining: None,
+    }))
+}
+
+/// A list's JSON, assembled from the objects' cached serializations.
+fn cached_list_json(def: &ResourceDef, meta: &Value, items: &[Arc<Cached>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(items.iter().map(|i| i.json.len() + 1).sum::<usize>() + 256);
+    out.extend_from_slice(b"{\"kind\":");
+    out.extend_from_slice(json!(def.list_kind).to_string().as_bytes());
+    out.extend_from_slice(b",\"apiVersion\":");
+    out.extend_from_slice(json!(def.api_version()).to_string().as_bytes());
+    out.extend_from_slice(b",\"metadata\":");
+    out.extend_from_slice(meta.to_string().as_bytes());
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&item.json);
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+fn list_meta(revision: u64, next: Option<&Continue>, remaining: Option<u64>) -> Value {
+    let mut meta = json!({"resourceVersion": revision.to_string()});
+    if let Some(next) = next {
+        meta["continue"] = json!(next.encode());
+    }
+    if let Some(remaining) = remaining {
+        meta["remainingItemCount"] = json!(remaining);
+    }
+    meta
+}
+
 pub async fn list(ctx: &Context) -> ApiResult {
     let output = negotiate::output(&ctx.headers)?;
     let selectors = Selectors::parse(ctx)?;
+    if let Some(cached) = cached_list(ctx, &selectors).await? {
+        let meta = list_meta(cached.revision, cached.next.as_ref(), cached.remaining);
+        return Ok(match output {
+            Output::Json => {
+                let body = cached_list_json(ctx.def(), &meta, &cached.items);
+                let mut response = (StatusCode::OK, body).into_response();
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            Output::Table => {
+                let values: Vec<Value> = cached.items.iter().map(|c| c.value.clone()).collect();
+                table_response(&table(
+                    ctx.def(),
+                    &values,
+                    meta,
+                    Include::parse(&ctx.params)?,
+                    true,
+                ))
+            }
+        });
+    }
     let listed = list_objects(ctx, &selectors).await?;
-    let mut meta = json!({"resourceVersion": listed.revision.to_string()});
-    if let Some(next) = &listed.next {
-        meta["continue"] = json!(next.encode());
-    }
-    if let Some(remaining) = listed.remaining {
-        meta["remainingItemCount"] = json!(remaining);
-    }
+    let meta = list_meta(listed.revision, listed.next.as_ref(), listed.remaining);
     let def = ctx.def();
     Ok(match output {
         Output::Json => json_response(
             StatusCode::OK,
             &json!({"kind": def.list_kind, "apiVersion": def.api_version(), "metadata": meta, "items": listed.items}),
         ),
-        Output::Table => json_response(
-            StatusCode::OK,
-            &table(def, &listed.items, meta, Include::parse(&ctx.params)?, true),
-        ),
+        Output::Table => table_response(&table(
+            def,
+            &listed.items,
+            meta,
+            Include::parse(&ctx.params)?,
+            true,
+        )),
     })
 }
+
+/// A Table response, with the media type upstream answers Tables with.
+pub fn table_response(table: &Value) -> axum::response::Response {
+    crate::response::typed_response(StatusCode::OK, table, TABLE_MEDIA_TYPE)
+}
+
+pub const TABLE_MEDIA_TYPE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
 
 #[cfg(test)]
 mod tests {

@@ -22,8 +22,10 @@ use tokio::sync::mpsc;
 use super::Context;
 use super::objects::{decode, set_resource_version};
 use super::read::{Include, Selectors, table};
+use crate::cache::{Cached, CachedEvent, Subscription};
 use crate::negotiate::{self, Output};
 use crate::response::{ApiResult, store_error};
+use tokio::sync::broadcast;
 
 /// How often a quiet watch asks the store how far it has got, for bookmarks.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
@@ -64,11 +66,66 @@ impl Render {
     }
 }
 
+impl Render {
+    /// A line for a cached object: its serialization is reused as is.
+    fn cached_line(&mut self, kind: &str, object: &Cached) -> Bytes {
+        match self.output {
+            Output::Table => self.line(kind, object.value.clone()),
+            Output::Json => {
+                let mut line = Vec::with_capacity(object.json.len() + 32);
+                line.extend_from_slice(b"{\"type\":\"");
+                line.extend_from_slice(kind.as_bytes());
+                line.extend_from_slice(b"\",\"object\":");
+                line.extend_from_slice(&object.json);
+                line.extend_from_slice(b"}\n");
+                Bytes::from(line)
+            }
+        }
+    }
+
+    fn bookmark(&self, revision: u64) -> Bytes {
+        let bookmark = json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": {"resourceVersion": revision.to_string()}});
+        let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": bookmark}))
+            .unwrap_or_default();
+        line.push(b'\n');
+        Bytes::from(line)
+    }
+}
+
 fn error_line(status: &Status) -> Bytes {
     let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": status.to_json()}))
         .unwrap_or_default();
     line.push(b'\n');
     Bytes::from(line)
+}
+
+/// What a change is for a watcher that selects `matches`: ADDED, MODIFIED
+/// or DELETED — an object entering the selection is ADDED, one leaving it
+/// DELETED — or nothing.
+fn transition(
+    kind: EventKind,
+    new: Option<&Value>,
+    old: Option<&Value>,
+    matches: &dyn Fn(&Value) -> bool,
+) -> Option<&'static str> {
+    let was = old.is_some_and(matches);
+    match (kind, new) {
+        (EventKind::Deleted, _) | (_, None) => was.then_some("DELETED"),
+        (EventKind::Created, Some(new)) => matches(new).then_some("ADDED"),
+        (EventKind::Updated, Some(new)) => match (was, matches(new)) {
+            (true, true) => Some("MODIFIED"),
+            (false, true) => Some("ADDED"),
+            (true, false) => Some("DELETED"),
+            (false, false) => None,
+        },
+    }
+}
+
+fn selects<'a>(selectors: &'a Selectors, name: Option<&'a str>) -> impl Fn(&Value) -> bool + 'a {
+    move |o: &Value| {
+        selectors.matches(o)
+            && name.is_none_or(|n| o.pointer("/metadata/name").and_then(Value::as_str) == Some(n))
+    }
 }
 
 /// The events a store event becomes for a watcher with these selectors.
@@ -77,32 +134,23 @@ fn translate(
     selectors: &Selectors,
     name: Option<&str>,
 ) -> Result<Option<(&'static str, Value)>, Status> {
-    let matches = |o: &Value| {
-        selectors.matches(o)
-            && name.is_none_or(|n| o.pointer("/metadata/name").and_then(Value::as_str) == Some(n))
-    };
+    let matches = selects(selectors, name);
     let new = match event.kind {
         EventKind::Deleted => None,
         _ => Some(decode(&event.kv)?),
     };
     let old = event.prev.as_ref().map(decode).transpose()?;
-    let was = old.as_ref().is_some_and(matches);
-    Ok(match (new, event.kind) {
-        (Some(new), EventKind::Created) => matches(&new).then_some(("ADDED", new)),
-        (Some(new), _) => match (was, matches(&new)) {
-            (true, true) => Some(("MODIFIED", new)),
-            (false, true) => Some(("ADDED", new)),
-            (true, false) => Some(("DELETED", new)),
-            (false, false) => None,
-        },
-        (None, _) => match old {
-            Some(mut old) if was => {
-                set_resource_version(&mut old, event.revision());
-                Some(("DELETED", old))
-            }
-            _ => None,
-        },
-    })
+    let Some(kind) = transition(event.kind, new.as_ref(), old.as_ref(), &matches) else {
+        return Ok(None);
+    };
+    Ok(Some(match new {
+        Some(new) => (kind, new),
+        None => {
+            let mut old = old.unwrap_or(Value::Null);
+            set_resource_version(&mut old, event.revision());
+            (kind, old)
+        }
+    }))
 }
 
 pub async fn watch(ctx: Context) -> ApiResult {
@@ -129,6 +177,32 @@ pub async fn watch(ctx: Context) -> ApiResult {
     let prefix = ctx.prefix();
     let store = ctx.state.store.clone();
     let def = ctx.resource.def.clone();
+    let render = Render {
+        def: def.clone(),
+        output,
+        include,
+        columns_sent: false,
+    };
+    let shutdown = ctx.state.shutdown.clone();
+
+    // From the watch cache when its history reaches back to the start.
+    let cache = ctx.state.cache(&def.key_prefix());
+    if cache.wait_for(0).await.is_ok()
+        && let Some(subscription) = cache.subscribe(start, &prefix)
+    {
+        let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+        let follow = Follow {
+            selectors,
+            name,
+            render,
+            bookmarks,
+            timeout,
+            shutdown,
+            tx,
+        };
+        tokio::spawn(follow.cached(subscription));
+        return Ok(stream_response(rx, output));
+    }
 
     // The starting point, and the initial state when there is no resourceVersion.
     let mut initial = Vec::new();
@@ -245,6 +319,14 @@ pub async fn watch(ctx: Context) -> ApiResult {
         }
     });
 
+    Ok(stream_response(rx, output))
+}
+
+/// The streaming response of a watch.
+fn stream_response(
+    rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    output: Output,
+) -> axum::response::Response {
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     let mut response = (StatusCode::OK, body).into_response();
     let content_type = match output {
@@ -258,7 +340,93 @@ pub async fn watch(ctx: Context) -> ApiResult {
         header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache, private"),
     );
-    Ok(response)
+    response
+}
+
+/// A watch served from the watch cache.
+struct Follow {
+    selectors: Selectors,
+    name: Option<String>,
+    render: Render,
+    bookmarks: bool,
+    timeout: Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+}
+
+impl Follow {
+    fn line(&mut self, event: &CachedEvent) -> Option<Bytes> {
+        match event {
+            CachedEvent::Change {
+                kind, object, prev, ..
+            } => {
+                let matches = selects(&self.selectors, self.name.as_deref());
+                let new = (*kind != EventKind::Deleted).then_some(&object.value);
+                let what = transition(*kind, new, prev.as_ref().map(|p| &p.value), &matches)?;
+                Some(self.render.cached_line(what, object))
+            }
+            CachedEvent::Progress(revision) => {
+                self.bookmarks.then(|| self.render.bookmark(*revision))
+            }
+        }
+    }
+
+    async fn send(&self, line: Bytes) -> bool {
+        self.tx.send(Ok(line)).await.is_ok()
+    }
+
+    async fn cached(mut self, subscription: Subscription) {
+        let Subscription {
+            replay,
+            initial,
+            mut live,
+            after,
+        } = subscription;
+        if let Some(snapshot) = initial {
+            let matches = selects(&self.selectors, self.name.as_deref());
+            let objects: Vec<_> = snapshot
+                .objects
+                .into_iter()
+                .filter(|o| matches(&o.value))
+                .collect();
+            for object in objects {
+                let line = self.render.cached_line("ADDED", &object);
+                if !self.send(line).await {
+                    return;
+                }
+            }
+        }
+        for event in &replay {
+            if let Some(line) = self.line(event)
+                && !self.send(line).await
+            {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(self.timeout);
+        tokio::pin!(deadline);
+        loop {
+            let event = tokio::select! {
+                _ = &mut deadline => return,
+                _ = self.shutdown.cancelled() => return,
+                _ = self.tx.closed() => return,
+                received = live.recv() => match received {
+                    Ok(event) => event,
+                    // Too slow to keep up: end the watch, as upstream does; the
+                    // client watches again from the last version it saw.
+                    Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+                },
+            };
+            if event.revision() <= after {
+                continue;
+            }
+            if let Some(line) = self.line(&event)
+                && !self.send(line).await
+            {
+                return;
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Render {

@@ -1,0 +1,380 @@
+//! The watch cache: one per resource, upstream's cacher. It lists the
+//! resource from the store once, then follows a store watch, keeping every
+//! object in memory with its JSON already serialized, and the recent events
+//! in a bounded history. Lists are served from it at a consistent revision
+//! (the cache first catches up with the store's revision, as upstream's
+//! consistent reads from cache do), and watches replay from its history and
+//! then follow one broadcast that every watcher of the resource shares:
+//! each event is serialized once, whoever watches.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rudder_api::Status;
+use rudder_store::{Event, EventKind, ListOptions, Store, WatchRequest, WatchResponse};
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Events kept for watches that start in the past.
+const HISTORY: usize = 10_000;
+/// Live events buffered per resource before a slow watcher is cut off.
+const BROADCAST: usize = 4_096;
+/// How long a read waits for the cache to reach a revision.
+const CATCH_UP: Duration = Duration::from_secs(3);
+
+/// An object as the cache holds it.
+#[derive(Debug)]
+pub struct Cached {
+    pub value: Value,
+    /// `value` serialized, with its `resourceVersion`.
+    pub json: Bytes,
+    pub revision: u64,
+}
+
+impl Cached {
+    fn new(mut value: Value, revision: u64) -> Arc<Cached> {
+        crate::rest::set_resource_version(&mut value, revision);
+        let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+        Arc::new(Cached {
+            value,
+            json,
+            revision,
+        })
+    }
+}
+
+/// One change, as every watcher of the resource receives it.
+#[derive(Debug)]
+pub enum CachedEvent {
+    Change {
+        kind: EventKind,
+        revision: u64,
+        /// The object after the change; on a delete, the object as it was,
+        /// at the delete's revision.
+        object: Arc<Cached>,
+        prev: Option<Arc<Cached>>,
+    },
+    /// Nothing is pending up to this revision.
+    Progress(u64),
+}
+
+impl CachedEvent {
+    pub fn revision(&self) -> u64 {
+        match self {
+            CachedEvent::Change { revision, .. } | CachedEvent::Progress(revision) => *revision,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Contents {
+    objects: BTreeMap<Bytes, Arc<Cached>>,
+    /// The cache holds every change up to this revision.
+    revision: u64,
+    history: VecDeque<Arc<CachedEvent>>,
+    /// Watches from this revision on can be served from `history`.
+    oldest: u64,
+    ready: bool,
+}
+
+/// The cache of one resource (every namespace).
+#[derive(Debug)]
+pub struct Cache {
+    prefix: String,
+    contents: RwLock<Contents>,
+    events: broadcast::Sender<Arc<CachedEvent>>,
+    revision: watch::Sender<u64>,
+    progress: tokio::sync::Notify,
+}
+
+/// A snapshot of the objects under a key prefix at one revision.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub objects: Vec<Arc<Cached>>,
+    pub revision: u64,
+}
+
+/// What a watch starts with: its replay and its live feed.
+#[derive(Debug)]
+pub struct Subscription {
+    pub replay: Vec<Arc<CachedEvent>>,
+    /// The objects that exist, for watches without a resourceVersion.
+    pub initial: Option<Snapshot>,
+    pub live: broadcast::Receiver<Arc<CachedEvent>>,
+    /// Live events at or below this were in the replay or the snapshot.
+    pub after: u64,
+}
+
+impl Cache {
+    /// Waits until the cache has every change up to `revision`.
+    pub async fn wait_for(&self, revision: u64) -> Result<(), Status> {
+        let mut seen = self.revision.subscribe();
+        let deadline = tokio::time::Instant::now() + CATCH_UP;
+        loop {
+            if *seen.borrow_and_update() >= revision
+                && self.contents.read().map(|c| c.ready).unwrap_or(false)
+            {
+                return Ok(());
+            }
+            self.progress.notify_one();
+            tokio::select! {
+                changed = seen.changed() => {
+                    if changed.is_err() {
+                        return Err(Status::unavailable("the watch cache stopped"));
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(Status::timeout(format!("Too large resource version: {revision}, the cache is at {}", *seen.borrow())));
+                }
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    }
+
+    /// The objects under `prefix` (a namespace, or the whole resource).
+    pub fn snapshot(&self, prefix: &str, start_after: Option<&[u8]>) -> Snapshot {
+        let contents = self.contents.read().unwrap_or_else(|e| e.into_inner());
+        let from = match start_after {
+            Some(after) => std::ops::Bound::Excluded(Bytes::copy_from_slice(after)),
+            None => std::ops::Bound::Included(Bytes::copy_from_slice(prefix.as_bytes())),
+        };
+        let objects = contents
+            .objects
+            .range((from, std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix.as_bytes()))
+            .map(|(_, v)| v.clone())
+            .collect();
+        Snapshot {
+            objects,
+            revision: contents.revision,
+        }
+    }
+
+    /// Starts a watch: from `from` (exclusive) if the history reaches back
+    /// that far (`None` when it does not), or from the current state.
+    ///
+    /// The live feed is subscribed before the replay or snapshot is taken,
+    /// so nothing falls between them; what both carry is skipped by
+    /// revision (`after`).
+    pub fn subscribe(&self, from: Option<u64>, prefix: &str) -> Option<Subscription> {
+        let live = self.events.subscribe();
+        match from {
+            Some(rv) => {
+                let contents = self.contents.read().unwrap_or_else(|e| e.into_inner());
+                if rv < contents.oldest || !contents.ready {
+                    return None;
+                }
+                let replay = contents
+                    .history
+                    .iter()
+                    .filter(|e| e.revision() > rv)
+                    .cloned()
+                    .collect();
+                Some(Subscription {
+                    replay,
+                    initial: None,
+                    live,
+                    after: contents.revision.max(rv),
+                })
+            }
+            None => {
+                let snapshot = self.snapshot(prefix, None);
+                let after = snapshot.revision;
+                Some(Subscription {
+                    replay: Vec::new(),
+                    initial: Some(snapshot),
+                    live,
+                    after,
+                })
+            }
+        }
+    }
+
+    fn apply(&self, event: &Event) -> Option<Arc<CachedEvent>> {
+        let revision = event.revision();
+        let decode = |kv: &rudder_store::KeyValue| serde_json::from_slice::<Value>(&kv.value).ok();
+        let prev = event
+            .prev
+            .as_ref()
+            .and_then(|p| decode(p).map(|v| Cached::new(v, p.mod_revision)));
+        let object = match event.kind {
+            EventKind::Deleted => prev
+                .as_ref()
+                .map(|p| Cached::new(p.value.clone(), revision))?,
+            _ => Cached::new(decode(&event.kv)?, revision),
+        };
+        let cached = Arc::new(CachedEvent::Change {
+            kind: event.kind,
+            revision,
+            object: object.clone(),
+            prev,
+        });
+        let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
+        match event.kind {
+            EventKind::Deleted => contents.objects.remove(&event.kv.key),
+            _ => contents.objects.insert(event.kv.key.clone(), object),
+        };
+        contents.revision = revision;
+        contents.history.push_back(cached.clone());
+        while contents.history.len() > HISTORY {
+            if let Some(old) = contents.history.pop_front() {
+                contents.oldest = old.revision();
+            }
+        }
+        Some(cached)
+    }
+
+    fn advance(&self, revision: u64) -> bool {
+        let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
+        if revision > contents.revision {
+            contents.revision = revision;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Fills the cache from a list, then follows the store until `cancel`.
+    async fn run(self: Arc<Self>, store: Arc<dyn Store>, cancel: CancellationToken) {
+        loop {
+            if cancel.is_cancelled() {
+                return;
+            }
+            match self.follow(&store, &cancel).await {
+                Ok(()) => return,
+                Err(error) => {
+                    tracing::warn!(prefix = %self.prefix, %error, "watch cache restarting");
+                    if let Ok(mut contents) = self.contents.write() {
+                        contents.ready = false;
+                    }
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn follow(
+        &self,
+        store: &Arc<dyn Store>,
+        cancel: &CancellationToken,
+    ) -> Result<(), rudder_store::Error> {
+        let mut objects = BTreeMap::new();
+        let mut after = None;
+        let revision = loop {
+            let page = store
+                .list(
+                    self.prefix.as_bytes(),
+                    ListOptions {
+                        revision: None,
+                        limit: 0,
+                        continue_after: after.take(),
+                    },
+                )
+                .await?;
+            for kv in &page.kvs {
+                if let Ok(value) = serde_json::from_slice::<Value>(&kv.value) {
+                    objects.insert(kv.key.clone(), Cached::new(value, kv.mod_revision));
+                }
+            }
+            if !page.more {
+                break page.revision;
+            }
+            after = page.kvs.last().map(|kv| kv.key.clone());
+        };
+        let mut stream = store
+            .watch(WatchRequest::prefix(
+                Bytes::from(self.prefix.clone()),
+                revision + 1,
+            ))
+            .await?;
+        {
+            let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
+            *contents = Contents {
+                objects,
+                revision,
+                history: VecDeque::new(),
+                oldest: revision,
+                ready: true,
+            };
+        }
+        self.revision.send_replace(revision);
+        let mut tick = tokio::time::interval(Duration::from_secs(30));
+        loop {
+            let item = tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                _ = self.progress.notified() => {
+                    stream.request_progress();
+                    continue;
+                }
+                _ = tick.tick() => {
+                    stream.request_progress();
+                    continue;
+                }
+                item = stream.recv() => item,
+            };
+            match item {
+                None => {
+                    return Err(rudder_store::Error::Unavailable {
+                        context: "store watch ended".into(),
+                        source: None,
+                    });
+                }
+                Some(Err(error)) => return Err(error),
+                Some(Ok(WatchResponse::Events(events))) => {
+                    for event in &events {
+                        if let Some(cached) = self.apply(event) {
+                            let _ = self.events.send(cached);
+                        }
+                    }
+                    if let Some(last) = events.last() {
+                        self.revision.send_replace(last.revision());
+                    }
+                }
+                Some(Ok(WatchResponse::Progress { revision })) => {
+                    if self.advance(revision) {
+                        self.revision.send_replace(revision);
+                    }
+                    let _ = self.events.send(Arc::new(CachedEvent::Progress(revision)));
+                }
+            }
+        }
+    }
+}
+
+/// The caches of every resource, made on first use.
+#[derive(Debug, Default)]
+pub struct Caches {
+    caches: Mutex<HashMap<String, Arc<Cache>>>,
+}
+
+impl Caches {
+    /// The cache of the resource stored under `prefix`, started if new.
+    pub fn get(
+        &self,
+        prefix: &str,
+        store: &Arc<dyn Store>,
+        cancel: &CancellationToken,
+    ) -> Arc<Cache> {
+        let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cache) = caches.get(prefix) {
+            return cache.clone();
+        }
+        let (events, _) = broadcast::channel(BROADCAST);
+        let cache = Arc::new(Cache {
+            prefix: prefix.to_string(),
+            contents: RwLock::new(Contents::default()),
+            events,
+            revision: watch::channel(0).0,
+            progress: tokio::sync::Notify::new(),
+        });
+        tokio::spawn(cache.clone().run(store.clone(), cancel.clone()));
+        caches.insert(prefix.to_string(), cache.clone());
+        cache
+    }
+}
