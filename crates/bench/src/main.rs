@@ -2,6 +2,7 @@
 //! one JSON object as its last line (ARCHITECTURE.md §8) and, on a full run,
 //! rewrites the scenario's section of docs/benchmarks.md.
 
+mod api;
 mod report;
 mod store;
 
@@ -19,6 +20,9 @@ enum Scenario {
     /// The store: write throughput and latency, watch delivery, large lists,
     /// side by side with a single-member etcd on the same machine.
     Store(Options),
+    /// The API server: Pod creates, GET latency, large LISTs, watch
+    /// fan-out, idle memory and start-up, over HTTPS with kube-rs.
+    Api(Options),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -41,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let (report, options) = match cli.scenario {
         Scenario::Store(options) => (runtime.block_on(store::run(&options))?, options),
+        Scenario::Api(options) => (runtime.block_on(api::run(&options))?, options),
     };
     if !options.quick {
         report.update_doc(&options.doc)?;

@@ -96,12 +96,12 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     })
 }
 
-struct Load {
-    per_second: f64,
-    p99_ms: f64,
+pub struct Load {
+    pub per_second: f64,
+    pub p99_ms: f64,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -109,7 +109,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-async fn write_load(
+pub async fn write_load(
     store: &Arc<dyn Store>,
     clients: usize,
     run_for: Duration,

@@ -1,0 +1,329 @@
+//! The `api` scenario: `rudder server` (the release binary, in a process of
+//! its own so that its memory is its own) driven over HTTPS by kube-rs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+use crate::Options;
+use crate::report::{Metric, Report};
+use crate::store::percentile;
+
+/// The release `rudder` binary beside this one, built first if needed.
+fn rudder_binary() -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo).args(["build", "--release", "-q", "-p", "rudder"]).status().context("build rudder")?;
+    anyhow::ensure!(status.success(), "cargo build --release -p rudder failed");
+    let exe = std::env::current_exe()?;
+    let binary = exe.parent().context("no directory")?.join("rudder");
+    anyhow::ensure!(binary.exists(), "{} not found", binary.display());
+    Ok(binary)
+}
+
+struct Server {
+    child: Child,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(binary: &Path, dir: &Path, port: u16) -> anyhow::Result<Server> {
+        let child = Command::new(binary)
+            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1", "--port", &port.to_string(), "--data-dir"])
+            .arg(dir)
+            .env("RUDDER_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start rudder server")?;
+        Ok(Server { child, kubeconfig: dir.join("kubeconfig.yaml") })
+    }
+
+    /// A client, once /readyz answers; and how long that took from `since`.
+    async fn ready(&self, since: Instant) -> anyhow::Result<(kube::Client, Duration)> {
+        let deadline = since + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(kc) = kube::config::Kubeconfig::read_from(&self.kubeconfig)
+                && let Ok(config) = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
+                && let Ok(client) = kube::Client::try_from(config)
+                && client.request_text(http::Request::get("/readyz").body(Vec::new())?).await.ok().as_deref() == Some("ok")
+            {
+                return Ok((client, since.elapsed()));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        anyhow::bail!("rudder server did not become ready")
+    }
+
+    /// Resident and peak resident memory, MiB.
+    fn memory_mb(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .map_or(0.0, |kb| kb / 1024.0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A realistic Pod: one container with ports, env, resources and probes.
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "bench", "tier": "web", "pod-template-hash": "5d8f9c7b6"},
+                     "annotations": {"bench.rudder.dev/run": "api"}},
+        "spec": {
+            "containers": [{
+                "name": "web",
+                "image": "registry.local/bench/web:1.25.3",
+                "ports": [{"name": "http", "containerPort": 8080}, {"name": "metrics", "containerPort": 9090}],
+                "env": [{"name": "MODE", "value": "production"}, {"name": "LOG_LEVEL", "value": "info"}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 5},
+                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "initialDelaySeconds": 10},
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/web"}]
+            }],
+            "volumes": [{"name": "config", "configMap": {"name": "web-config"}}],
+            "nodeSelector": {"kubernetes.io/os": "linux"}
+        }
+    }))
+    .expect("a valid pod")
+}
+
+async fn creates(client: &kube::Client, clients: usize, run_for: Duration, tag: &str) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let deadline = start + run_for;
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..clients {
+        let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let tag = tag.to_string();
+        tasks.spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                api.create(&PostParams::default(), &pod(&format!("{tag}-{c}-{n}"))).await?;
+                n += 1;
+            }
+            anyhow::Ok(n)
+        });
+    }
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        total += done??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn get_p99(client: &kube::Client, run_for: Duration) -> anyhow::Result<f64> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &pod("get-target")).await?;
+    let deadline = Instant::now() + run_for;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let api = api.clone();
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                let began = Instant::now();
+                api.get("get-target").await?;
+                latencies.push(began.elapsed());
+            }
+            anyhow::Ok(latencies)
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        all.extend(done??);
+    }
+    all.sort_unstable();
+    Ok(percentile(&all, 0.99).as_secs_f64() * 1000.0)
+}
+
+/// Median ms of LISTs of every pod in `default`, which holds `count`.
+async fn list_all(client: &kube::Client, count: usize, repeats: usize) -> anyhow::Result<f64> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut times = Vec::new();
+    for _ in 0..repeats {
+        let began = Instant::now();
+        let list = api.list(&ListParams::default()).await?;
+        times.push(began.elapsed());
+        anyhow::ensure!(list.items.len() >= count, "listed {} pods, expected {count}", list.items.len());
+    }
+    times.sort_unstable();
+    Ok(times[times.len() / 2].as_secs_f64() * 1000.0)
+}
+
+async fn fill(client: &kube::Client, count: usize, prefix: &str) -> anyhow::Result<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..32 {
+        let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let prefix = prefix.to_string();
+        tasks.spawn(async move {
+            for i in (w..count).step_by(32) {
+                api.create(&PostParams::default(), &pod(&format!("{prefix}-{i:05}"))).await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+/// p99 ms from a write's acknowledgement to its event reaching each of
+/// `watchers` watchers, with writes paced at `rate` per second.
+async fn watch_fanout(kubeconfig: &Path, watchers: usize, rate: usize, run_for: Duration) -> anyhow::Result<f64> {
+    // Watchers spread over several connections, as many clients would be.
+    let mut clients = Vec::new();
+    for _ in 0..watchers.div_ceil(100) {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        clients.push(kube::Client::try_from(config)?);
+    }
+    let writer: Api<Pod> = Api::namespaced(clients[0].clone(), "default");
+    let rv = writer.list(&ListParams::default().limit(1)).await?.metadata.resource_version.context("rv")?;
+    let acked: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let delays: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let expected = (rate as f64 * run_for.as_secs_f64()) as usize;
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..watchers {
+        let client = clients[w % clients.len()].clone();
+        let (acked, delays, rv) = (acked.clone(), delays.clone(), rv.clone());
+        tasks.spawn(async move {
+            let request = http::Request::get(format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={rv}&labelSelector=fanout%3Dyes")).body(Vec::new())?;
+            let mut lines = client.request_stream(request).await?.lines();
+            let mut seen = 0;
+            while seen < expected {
+                let Some(line) = tokio::time::timeout(Duration::from_secs(30), lines.next()).await? else { break };
+                let line = line?;
+                let arrived = Instant::now();
+                // Cheap: the name is the first "name" in the object.
+                let Some(at) = line.find("\"name\":\"") else { continue };
+                let rest = &line[at + 8..];
+                let name = &rest[..rest.find('"').unwrap_or(0)];
+                let ack = acked.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.get(name).copied();
+                if let Some(ack) = ack {
+                    delays.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.push(arrived.saturating_duration_since(ack));
+                }
+                seen += 1;
+            }
+            anyhow::Ok(())
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let mut tick = tokio::time::interval(interval);
+    let mut writes = tokio::task::JoinSet::new();
+    for i in 0..expected {
+        tick.tick().await;
+        let (writer, acked) = (writer.clone(), acked.clone());
+        writes.spawn(async move {
+            let name = format!("fan-{i:06}");
+            let mut p = pod(&name);
+            p.metadata.labels.get_or_insert_with(Default::default).insert("fanout".into(), "yes".into());
+            writer.create(&PostParams::default(), &p).await?;
+            acked.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.insert(name, Instant::now());
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = writes.join_next().await {
+        done??;
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let mut delays = delays.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    anyhow::ensure!(delays.len() >= expected * watchers * 9 / 10, "only {} of {} deliveries measured", delays.len(), expected * watchers);
+    delays.sort_unstable();
+    Ok(percentile(&delays, 0.99).as_secs_f64() * 1000.0)
+}
+
+pub async fn run(options: &Options) -> anyhow::Result<Report> {
+    let binary = rudder_binary()?;
+    std::fs::create_dir_all(&options.work_dir)?;
+    let run_for = if options.quick { Duration::from_secs(3) } else { Duration::from_secs(10) };
+    let (watchers, rate, watch_for) = if options.quick { (200, 200, Duration::from_secs(3)) } else { (1000, 1000, Duration::from_secs(5)) };
+    let list_count = 10_000;
+
+    // Startup and idle memory: a first start, then a restart of the same data.
+    let dir = tempfile::tempdir_in(&options.work_dir)?;
+    let port = free_port()?;
+    let first = Server::start(&binary, dir.path(), port)?;
+    let (_, first_start) = first.ready(Instant::now()).await?;
+    drop(first);
+    let began = Instant::now();
+    let server = Server::start(&binary, dir.path(), port)?;
+    let (client, startup) = server.ready(began).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (idle_rss, _) = server.memory_mb();
+    eprintln!("startup {:.0} ms (first start {:.0} ms), idle RSS {idle_rss:.1} MB", startup.as_secs_f64() * 1000.0, first_start.as_secs_f64() * 1000.0);
+
+    // The store's own write rate under the same 64 writers, for comparison.
+    let store_dir = tempfile::tempdir_in(&options.work_dir)?;
+    let store: Arc<dyn rudder_store::Store> = Arc::new(rudder_store::embedded::EmbeddedStore::open(rudder_store::embedded::EmbeddedConfig::new(store_dir.path().join("db")))?);
+    let store_rate = crate::store::write_load(&store, 64, run_for).await?.per_second;
+    drop(store);
+
+    let create_rate = creates(&client, 64, run_for, "c64").await?;
+    eprintln!("pod creates c64: {create_rate:.0}/s (store alone {store_rate:.0}/s)");
+    let get = get_p99(&client, run_for).await?;
+    eprintln!("get p99 {get:.2} ms");
+
+    // A fresh server for the list: 10,000 pods and nothing else.
+    drop(server);
+    let list_dir = tempfile::tempdir_in(&options.work_dir)?;
+    let list_port = free_port()?;
+    let server = Server::start(&binary, list_dir.path(), list_port)?;
+    let (client, _) = server.ready(Instant::now()).await?;
+    fill(&client, list_count, "list").await?;
+    let list_ms = list_all(&client, list_count, if options.quick { 3 } else { 7 }).await?;
+    let (_, peak) = server.memory_mb();
+    eprintln!("list 10k pods {list_ms:.1} ms, peak RSS {peak:.1} MB");
+
+    let fanout = watch_fanout(&server.kubeconfig, watchers, rate, watch_for).await?;
+    eprintln!("watch fan-out p99 {fanout:.1} ms ({watchers} watchers, {rate} writes/s)");
+
+    Ok(Report {
+        scenario: "api".into(),
+        quick: options.quick,
+        metrics: vec![
+            Metric::new("pod_creates_per_s_c64", "creates/s", create_rate).peer("rudder embedded store, raw writes", store_rate).target("≥ 5,000/s"),
+            Metric::new("get_p99_ms", "ms", get).target("< 5 ms"),
+            Metric::new("list_10k_pods_ms", "ms", list_ms).target("< 150 ms"),
+            Metric::new("list_10k_peak_rss_mb", "MB", peak),
+            Metric::new(&format!("watch_fanout_p99_ms{}", if options.quick { "_quick" } else { "" }), "ms", fanout).target("< 100 ms at 1,000 watchers, 1,000 writes/s"),
+            Metric::new("idle_rss_mb", "MB", idle_rss).target("< 50 MB"),
+            Metric::new("startup_to_ready_ms", "ms", startup.as_secs_f64() * 1000.0).target("< 1 s"),
+        ],
+        conditions: vec![
+            "`rudder server --disable-agent` (release build) in its own process, embedded store, HTTPS with client certificates, driven by kube-rs over HTTP/2 from the same machine (2 cores shared by server and clients)".into(),
+            format!("`pod_creates_per_s_c64`: 64 concurrent clients creating ~1.4 KiB Pods (one container with ports, env, resources, probes, a volume) for {} s; `peer_value` is the embedded store's raw 1 KiB write rate at 64 writers, measured in the same run", run_for.as_secs()),
+            "`get_p99_ms`: 4 concurrent clients reading one Pod".into(),
+            format!("`list_10k_pods_ms`: median of unpaginated LISTs of {list_count} Pods (served from the watch cache); `list_10k_peak_rss_mb`: the server's peak RSS (VmHWM) after them"),
+            format!("`watch_fanout_p99_ms`: {watchers} watchers (100 per connection) of Pods with a label selector while Pods are created at {rate}/s for {} s; delay from each create's acknowledgement to its event's arrival at each watcher", watch_for.as_secs()),
+            format!("`startup_to_ready_ms`: a restart on existing data, process start to the first 200 from /readyz (the first start, which makes certificates and preallocates the write-ahead log, took {:.0} ms); `idle_rss_mb`: RSS 2 s after that", first_start.as_secs_f64() * 1000.0),
+        ],
+    })
+}
