@@ -20,7 +20,10 @@ use crate::store::percentile;
 /// The release `rudder` binary beside this one, built first if needed.
 fn rudder_binary() -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo).args(["build", "--release", "-q", "-p", "rudder"]).status().context("build rudder")?;
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-q", "-p", "rudder"])
+        .status()
+        .context("build rudder")?;
     anyhow::ensure!(status.success(), "cargo build --release -p rudder failed");
     let exe = std::env::current_exe()?;
     let binary = exe.parent().context("no directory")?.join("rudder");
@@ -43,14 +46,25 @@ impl Drop for Server {
 impl Server {
     fn start(binary: &Path, dir: &Path, port: u16) -> anyhow::Result<Server> {
         let child = Command::new(binary)
-            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1", "--port", &port.to_string(), "--data-dir"])
+            .args([
+                "server",
+                "--disable-agent",
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--data-dir",
+            ])
             .arg(dir)
             .env("RUDDER_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .context("start rudder server")?;
-        Ok(Server { child, kubeconfig: dir.join("kubeconfig.yaml") })
+        Ok(Server {
+            child,
+            kubeconfig: dir.join("kubeconfig.yaml"),
+        })
     }
 
     /// A client, once /readyz answers; and how long that took from `since`.
@@ -58,9 +72,15 @@ impl Server {
         let deadline = since + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(kc) = kube::config::Kubeconfig::read_from(&self.kubeconfig)
-                && let Ok(config) = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
+                && let Ok(config) =
+                    kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
                 && let Ok(client) = kube::Client::try_from(config)
-                && client.request_text(http::Request::get("/readyz").body(Vec::new())?).await.ok().as_deref() == Some("ok")
+                && client
+                    .request_text(http::Request::get("/readyz").body(Vec::new())?)
+                    .await
+                    .ok()
+                    .as_deref()
+                    == Some("ok")
             {
                 return Ok((client, since.elapsed()));
             }
@@ -71,7 +91,8 @@ impl Server {
 
     /// Resident and peak resident memory, MiB.
     fn memory_mb(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
         let field = |name: &str| {
             status
                 .lines()
@@ -84,7 +105,9 @@ impl Server {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// A realistic Pod: one container with ports, env, resources and probes.
@@ -112,7 +135,12 @@ fn pod(name: &str) -> Pod {
     .expect("a valid pod")
 }
 
-async fn creates(client: &kube::Client, clients: usize, run_for: Duration, tag: &str) -> anyhow::Result<f64> {
+async fn creates(
+    client: &kube::Client,
+    clients: usize,
+    run_for: Duration,
+    tag: &str,
+) -> anyhow::Result<f64> {
     let start = Instant::now();
     let deadline = start + run_for;
     let mut tasks = tokio::task::JoinSet::new();
@@ -122,7 +150,8 @@ async fn creates(client: &kube::Client, clients: usize, run_for: Duration, tag: 
         tasks.spawn(async move {
             let mut n = 0u64;
             while Instant::now() < deadline {
-                api.create(&PostParams::default(), &pod(&format!("{tag}-{c}-{n}"))).await?;
+                api.create(&PostParams::default(), &pod(&format!("{tag}-{c}-{n}")))
+                    .await?;
                 n += 1;
             }
             anyhow::Ok(n)
@@ -137,7 +166,8 @@ async fn creates(client: &kube::Client, clients: usize, run_for: Duration, tag: 
 
 async fn get_p99(client: &kube::Client, run_for: Duration) -> anyhow::Result<f64> {
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-    api.create(&PostParams::default(), &pod("get-target")).await?;
+    api.create(&PostParams::default(), &pod("get-target"))
+        .await?;
     let deadline = Instant::now() + run_for;
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..4 {
@@ -168,7 +198,11 @@ async fn list_all(client: &kube::Client, count: usize, repeats: usize) -> anyhow
         let began = Instant::now();
         let list = api.list(&ListParams::default()).await?;
         times.push(began.elapsed());
-        anyhow::ensure!(list.items.len() >= count, "listed {} pods, expected {count}", list.items.len());
+        anyhow::ensure!(
+            list.items.len() >= count,
+            "listed {} pods, expected {count}",
+            list.items.len()
+        );
     }
     times.sort_unstable();
     Ok(times[times.len() / 2].as_secs_f64() * 1000.0)
@@ -181,7 +215,8 @@ async fn fill(client: &kube::Client, count: usize, prefix: &str) -> anyhow::Resu
         let prefix = prefix.to_string();
         tasks.spawn(async move {
             for i in (w..count).step_by(32) {
-                api.create(&PostParams::default(), &pod(&format!("{prefix}-{i:05}"))).await?;
+                api.create(&PostParams::default(), &pod(&format!("{prefix}-{i:05}")))
+                    .await?;
             }
             anyhow::Ok(())
         });
@@ -194,7 +229,12 @@ async fn fill(client: &kube::Client, count: usize, prefix: &str) -> anyhow::Resu
 
 /// p99 ms from a write's acknowledgement to its event reaching each of
 /// `watchers` watchers, with writes paced at `rate` per second.
-async fn watch_fanout(kubeconfig: &Path, watchers: usize, rate: usize, run_for: Duration) -> anyhow::Result<f64> {
+async fn watch_fanout(
+    kubeconfig: &Path,
+    watchers: usize,
+    rate: usize,
+    run_for: Duration,
+) -> anyhow::Result<f64> {
     // Watchers spread over several connections, as many clients would be.
     let mut clients = Vec::new();
     for _ in 0..watchers.div_ceil(100) {
@@ -203,7 +243,12 @@ async fn watch_fanout(kubeconfig: &Path, watchers: usize, rate: usize, run_for: 
         clients.push(kube::Client::try_from(config)?);
     }
     let writer: Api<Pod> = Api::namespaced(clients[0].clone(), "default");
-    let rv = writer.list(&ListParams::default().limit(1)).await?.metadata.resource_version.context("rv")?;
+    let rv = writer
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .context("rv")?;
     let acked: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let delays: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let expected = (rate as f64 * run_for.as_secs_f64()) as usize;
@@ -242,9 +287,15 @@ async fn watch_fanout(kubeconfig: &Path, watchers: usize, rate: usize, run_for: 
         writes.spawn(async move {
             let name = format!("fan-{i:06}");
             let mut p = pod(&name);
-            p.metadata.labels.get_or_insert_with(Default::default).insert("fanout".into(), "yes".into());
+            p.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert("fanout".into(), "yes".into());
             writer.create(&PostParams::default(), &p).await?;
-            acked.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.insert(name, Instant::now());
+            acked
+                .lock()
+                .map_err(|_| anyhow::anyhow!("poisoned"))?
+                .insert(name, Instant::now());
             anyhow::Ok(())
         });
     }
@@ -254,8 +305,16 @@ async fn watch_fanout(kubeconfig: &Path, watchers: usize, rate: usize, run_for: 
     while let Some(done) = tasks.join_next().await {
         done??;
     }
-    let mut delays = delays.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
-    anyhow::ensure!(delays.len() >= expected * watchers * 9 / 10, "only {} of {} deliveries measured", delays.len(), expected * watchers);
+    let mut delays = delays
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
+    anyhow::ensure!(
+        delays.len() >= expected * watchers * 9 / 10,
+        "only {} of {} deliveries measured",
+        delays.len(),
+        expected * watchers
+    );
     delays.sort_unstable();
     Ok(percentile(&delays, 0.99).as_secs_f64() * 1000.0)
 }
@@ -263,8 +322,16 @@ async fn watch_fanout(kubeconfig: &Path, watchers: usize, rate: usize, run_for: 
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let binary = rudder_binary()?;
     std::fs::create_dir_all(&options.work_dir)?;
-    let run_for = if options.quick { Duration::from_secs(3) } else { Duration::from_secs(10) };
-    let (watchers, rate, watch_for) = if options.quick { (200, 200, Duration::from_secs(3)) } else { (1000, 1000, Duration::from_secs(5)) };
+    let run_for = if options.quick {
+        Duration::from_secs(3)
+    } else {
+        Duration::from_secs(10)
+    };
+    let (watchers, rate, watch_for) = if options.quick {
+        (200, 200, Duration::from_secs(3))
+    } else {
+        (1000, 1000, Duration::from_secs(5))
+    };
     let list_count = 10_000;
 
     // Startup and idle memory: a first start, then a restart of the same data.
@@ -278,12 +345,21 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let (client, startup) = server.ready(began).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (idle_rss, _) = server.memory_mb();
-    eprintln!("startup {:.0} ms (first start {:.0} ms), idle RSS {idle_rss:.1} MB", startup.as_secs_f64() * 1000.0, first_start.as_secs_f64() * 1000.0);
+    eprintln!(
+        "startup {:.0} ms (first start {:.0} ms), idle RSS {idle_rss:.1} MB",
+        startup.as_secs_f64() * 1000.0,
+        first_start.as_secs_f64() * 1000.0
+    );
 
     // The store's own write rate under the same 64 writers, for comparison.
     let store_dir = tempfile::tempdir_in(&options.work_dir)?;
-    let store: Arc<dyn rudder_store::Store> = Arc::new(rudder_store::embedded::EmbeddedStore::open(rudder_store::embedded::EmbeddedConfig::new(store_dir.path().join("db")))?);
-    let store_rate = crate::store::write_load(&store, 64, run_for).await?.per_second;
+    let store: Arc<dyn rudder_store::Store> =
+        Arc::new(rudder_store::embedded::EmbeddedStore::open(
+            rudder_store::embedded::EmbeddedConfig::new(store_dir.path().join("db")),
+        )?);
+    let store_rate = crate::store::write_load(&store, 64, run_for)
+        .await?
+        .per_second;
     drop(store);
 
     let create_rate = creates(&client, 64, run_for, "c64").await?;
