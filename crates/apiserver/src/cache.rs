@@ -25,24 +25,62 @@ const BROADCAST: usize = 4_096;
 /// How long a read waits for the cache to reach a revision.
 const CATCH_UP: Duration = Duration::from_secs(3);
 
-/// An object as the cache holds it.
+/// An object as the cache holds it: serialized once, plus the few fields
+/// selectors read. The whole object is parsed again only when a Table row
+/// needs it; a parsed tree costs several times its JSON in memory.
 #[derive(Debug)]
 pub struct Cached {
-    pub value: Value,
-    /// `value` serialized, with its `resourceVersion`.
+    /// `metadata.name`, `metadata.namespace`, `metadata.labels` and the
+    /// kind's selectable fields, at their paths.
+    pub selectable: Value,
+    /// The object serialized, with its `resourceVersion`.
     pub json: Bytes,
     pub revision: u64,
 }
 
 impl Cached {
-    fn new(mut value: Value, revision: u64) -> Arc<Cached> {
+    fn new(mut value: Value, revision: u64, fields: &[&str]) -> Arc<Cached> {
         crate::rest::set_resource_version(&mut value, revision);
         let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+        let mut selectable = serde_json::json!({});
+        for path in ["metadata.name", "metadata.namespace", "metadata.labels"]
+            .iter()
+            .chain(fields)
+        {
+            if let Some(found) = value.pointer(&format!("/{}", path.replace('.', "/"))) {
+                let parts: Vec<&str> = path.split('.').collect();
+                insert_path(&mut selectable, &parts, found.clone());
+            }
+        }
         Arc::new(Cached {
-            value,
+            selectable,
             json,
             revision,
         })
+    }
+
+    /// The whole object, parsed from its cached JSON.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+}
+
+/// Sets `value` at the nested `path` of `target`, making objects on the way.
+fn insert_path(target: &mut Value, path: &[&str], value: Value) {
+    let Some(map) = target.as_object_mut() else {
+        return;
+    };
+    match path {
+        [] => {}
+        [last] => {
+            map.insert((*last).to_string(), value);
+        }
+        [first, rest @ ..] => {
+            let child = map
+                .entry((*first).to_string())
+                .or_insert_with(|| serde_json::json!({}));
+            insert_path(child, rest, value);
+        }
     }
 }
 
@@ -84,6 +122,8 @@ struct Contents {
 #[derive(Debug)]
 pub struct Cache {
     prefix: String,
+    /// The kind's selectable fields beyond name and namespace.
+    fields: &'static [&'static str],
     contents: RwLock<Contents>,
     events: broadcast::Sender<Arc<CachedEvent>>,
     revision: watch::Sender<u64>,
@@ -196,15 +236,15 @@ impl Cache {
     fn apply(&self, event: &Event) -> Option<Arc<CachedEvent>> {
         let revision = event.revision();
         let decode = |kv: &rudder_store::KeyValue| serde_json::from_slice::<Value>(&kv.value).ok();
+        let prev_value = event.prev.as_ref().and_then(decode);
         let prev = event
             .prev
             .as_ref()
-            .and_then(|p| decode(p).map(|v| Cached::new(v, p.mod_revision)));
+            .zip(prev_value.clone())
+            .map(|(p, v)| Cached::new(v, p.mod_revision, self.fields));
         let object = match event.kind {
-            EventKind::Deleted => prev
-                .as_ref()
-                .map(|p| Cached::new(p.value.clone(), revision))?,
-            _ => Cached::new(decode(&event.kv)?, revision),
+            EventKind::Deleted => Cached::new(prev_value?, revision, self.fields),
+            _ => Cached::new(decode(&event.kv)?, revision, self.fields),
         };
         let cached = Arc::new(CachedEvent::Change {
             kind: event.kind,
@@ -279,7 +319,10 @@ impl Cache {
                 .await?;
             for kv in &page.kvs {
                 if let Ok(value) = serde_json::from_slice::<Value>(&kv.value) {
-                    objects.insert(kv.key.clone(), Cached::new(value, kv.mod_revision));
+                    objects.insert(
+                        kv.key.clone(),
+                        Cached::new(value, kv.mod_revision, self.fields),
+                    );
                 }
             }
             if !page.more {
@@ -358,6 +401,7 @@ impl Caches {
     pub fn get(
         &self,
         prefix: &str,
+        fields: &'static [&'static str],
         store: &Arc<dyn Store>,
         cancel: &CancellationToken,
     ) -> Arc<Cache> {
@@ -368,6 +412,7 @@ impl Caches {
         let (events, _) = broadcast::channel(BROADCAST);
         let cache = Arc::new(Cache {
             prefix: prefix.to_string(),
+            fields,
             contents: RwLock::new(Contents::default()),
             events,
             revision: watch::channel(0).0,

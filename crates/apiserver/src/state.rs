@@ -51,9 +51,11 @@ impl State {
 }
 
 impl State {
-    /// The watch cache of the resource stored under `key_prefix`.
-    pub fn cache(&self, key_prefix: &str) -> Arc<Cache> {
-        self.caches.get(key_prefix, &self.store, &self.shutdown)
+    /// The watch cache of a resource.
+    pub fn cache(&self, def: &rudder_api::ResourceDef) -> Arc<Cache> {
+        let fields = rudder_api::selector::supported_fields(&def.group, &def.kind);
+        self.caches
+            .get(&def.key_prefix(), fields, &self.store, &self.shutdown)
     }
 }
 

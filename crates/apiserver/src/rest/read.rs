@@ -321,7 +321,7 @@ async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<Cach
             "resourceVersionMatch: Unsupported value: supported values: \"Exact\", \"NotOlderThan\"",
         ));
     }
-    let cache = ctx.state.cache(&def.key_prefix());
+    let cache = ctx.state.cache(def);
     cache.wait_for(target).await?;
     let snapshot = cache.snapshot(&ctx.prefix(), None);
     let limit = params
@@ -330,17 +330,17 @@ async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<Cach
         .map(|l| l as usize);
     let mut items = Vec::new();
     for (i, object) in snapshot.objects.iter().enumerate() {
-        if !selectors.matches(&object.value) {
+        if !selectors.matches(&object.selectable) {
             continue;
         }
         items.push(object.clone());
         if limit.is_some_and(|l| items.len() >= l) && i + 1 < snapshot.objects.len() {
             let namespace = object
-                .value
+                .selectable
                 .pointer("/metadata/namespace")
                 .and_then(Value::as_str);
             let name = object
-                .value
+                .selectable
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
@@ -414,7 +414,7 @@ pub async fn list(ctx: &Context) -> ApiResult {
                 response
             }
             Output::Table => {
-                let values: Vec<Value> = cached.items.iter().map(|c| c.value.clone()).collect();
+                let values: Vec<Value> = cached.items.iter().map(|c| c.value()).collect();
                 table_response(&table(
                     ctx.def(),
                     &values,

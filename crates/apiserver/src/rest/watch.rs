@@ -70,7 +70,7 @@ impl Render {
     /// A line for a cached object: its serialization is reused as is.
     fn cached_line(&mut self, kind: &str, object: &Cached) -> Bytes {
         match self.output {
-            Output::Table => self.line(kind, object.value.clone()),
+            Output::Table => self.line(kind, object.value()),
             Output::Json => {
                 let mut line = Vec::with_capacity(object.json.len() + 32);
                 line.extend_from_slice(b"{\"type\":\"");
@@ -186,7 +186,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
     let shutdown = ctx.state.shutdown.clone();
 
     // From the watch cache when its history reaches back to the start.
-    let cache = ctx.state.cache(&def.key_prefix());
+    let cache = ctx.state.cache(&def);
     if cache.wait_for(0).await.is_ok()
         && let Some(subscription) = cache.subscribe(start, &prefix)
     {
@@ -361,8 +361,8 @@ impl Follow {
                 kind, object, prev, ..
             } => {
                 let matches = selects(&self.selectors, self.name.as_deref());
-                let new = (*kind != EventKind::Deleted).then_some(&object.value);
-                let what = transition(*kind, new, prev.as_ref().map(|p| &p.value), &matches)?;
+                let new = (*kind != EventKind::Deleted).then_some(&object.selectable);
+                let what = transition(*kind, new, prev.as_ref().map(|p| &p.selectable), &matches)?;
                 Some(self.render.cached_line(what, object))
             }
             CachedEvent::Progress(revision) => {
@@ -387,7 +387,7 @@ impl Follow {
             let objects: Vec<_> = snapshot
                 .objects
                 .into_iter()
-                .filter(|o| matches(&o.value))
+                .filter(|o| matches(&o.selectable))
                 .collect();
             for object in objects {
                 let line = self.render.cached_line("ADDED", &object);

@@ -53,7 +53,7 @@ impl EmbeddedConfig {
         EmbeddedConfig {
             path: path.into(),
             max_batch: 1024,
-            cache_bytes: 256 << 20,
+            cache_bytes: 64 << 20,
             progress_interval: Some(Duration::from_secs(10)),
             watch_buffer: 4096,
         }
