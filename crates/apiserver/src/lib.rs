@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod cache;
 mod discovery;
+pub mod metrics;
 pub mod negotiate;
 mod openapi;
 pub mod path;
@@ -65,6 +66,15 @@ async fn ready(AxumState(state): AxumState<Arc<State>>) -> Response {
     (StatusCode::OK, "ok").into_response()
 }
 
+async fn metrics(AxumState(state): AxumState<Arc<State>>) -> Response {
+    let mut response = (StatusCode::OK, state.metrics.render()).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
 /// Authentication and authorization of paths that are not resources
 /// (resource requests are authorized by verb in the dispatcher).
 async fn authorize_paths(request: Request, next: Next) -> Response {
@@ -95,6 +105,7 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/livez", get(health))
         .route("/readyz", get(ready))
         .route("/version", get(discovery::version))
+        .route("/metrics", get(metrics))
         .route("/api", get(discovery::api))
         .route("/apis", get(discovery::apis))
         .route("/api/{version}", get(discovery::core_version))

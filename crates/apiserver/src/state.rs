@@ -33,10 +33,30 @@ pub struct State {
     pub shutdown: CancellationToken,
     /// The watch cache of each resource, started on first use.
     pub caches: crate::cache::Caches,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Requests (watches excepted) served at once; more get 429.
+    pub inflight: Arc<tokio::sync::Semaphore>,
 }
 
+/// Requests served at once before 429 (upstream's max-requests-inflight
+/// plus max-mutating-requests-inflight).
+pub const MAX_INFLIGHT: usize = 600;
+
 impl State {
+    /// The state of a server on `store`, whose operations are metered.
     pub fn new(registry: Arc<Registry>, store: Arc<dyn Store>) -> Arc<Self> {
+        State::with_inflight_limit(registry, store, MAX_INFLIGHT)
+    }
+
+    /// The same, serving at most `limit` requests at once.
+    pub fn with_inflight_limit(
+        registry: Arc<Registry>,
+        store: Arc<dyn Store>,
+        limit: usize,
+    ) -> Arc<Self> {
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let store: Arc<dyn Store> =
+            Arc::new(crate::metrics::MeteredStore::new(store, metrics.clone()));
         Arc::new(State {
             registry,
             store,
@@ -46,6 +66,8 @@ impl State {
             openapi_v3: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             caches: Default::default(),
+            metrics,
+            inflight: Arc::new(tokio::sync::Semaphore::new(limit)),
         })
     }
 }

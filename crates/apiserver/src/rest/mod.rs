@@ -168,12 +168,36 @@ fn verb(method: &Method, path: &ResourcePath, params: &Params) -> Option<Verb> {
     })
 }
 
-/// Serves every resource URL.
+/// Serves every resource URL, metered by verb, resource and code.
 pub async fn dispatch(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
-    match serve(state, request).await {
+    let began = std::time::Instant::now();
+    let label = metric_label(&state, &request);
+    let metrics = state.metrics.clone();
+    let response = match serve(state, request).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
+    };
+    if let Some((verb, resource)) = label {
+        metrics.request(
+            &verb,
+            &resource,
+            response.status().as_u16(),
+            began.elapsed(),
+        );
     }
+    response
+}
+
+/// The verb and resource a request is counted under.
+fn metric_label(state: &State, request: &Request) -> Option<(String, String)> {
+    let parsed = path::parse(&state.registry, request.uri().path())?.ok()?;
+    let params = Params::parse(request.uri().query());
+    let verb = verb(request.method(), &parsed, &params)?;
+    let resource = match &parsed.subresource {
+        Some(sub) => format!("{}/{sub}", parsed.def.plural),
+        None => parsed.def.plural.clone(),
+    };
+    Some((verb.as_str().to_string(), resource))
 }
 
 async fn serve(state: Arc<State>, request: Request) -> ApiResult {
@@ -207,6 +231,18 @@ async fn serve(state: Arc<State>, request: Request) -> ApiResult {
             "the server does not allow this method on the requested resource ({method} {uri_path})"
         ))));
     }
+    // Long-running watches are not counted against the in-flight limit.
+    let _permit = if verb == Verb::Watch {
+        None
+    } else {
+        match state.inflight.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                state.metrics.rejected();
+                return Err(ApiError(Status::too_many_requests(1)));
+            }
+        }
+    };
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
     let ctx = Context {
