@@ -12,6 +12,7 @@ pub mod path;
 pub mod response;
 pub mod rest;
 mod serve;
+pub mod services;
 pub mod state;
 pub mod tls;
 
@@ -157,6 +158,7 @@ pub async fn run(
 
     let state = State::new(Arc::new(Registry::builtin()), store);
     rest::bootstrap_namespaces(&state).await?;
+    services::bootstrap(&state, port).await?;
     state.ready.store(true, Ordering::SeqCst);
     tracing::info!(address = %listener.local_addr()?, kubeconfig = %kubeconfig.display(), "API server ready");
 

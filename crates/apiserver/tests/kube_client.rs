@@ -332,3 +332,192 @@ async fn watches_before_the_cache_window_come_from_the_store_and_many_watchers_a
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_get_unique_cluster_ips_and_node_ports() {
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::networking::v1::IPAddress;
+    let server = support::start(Backend::Embedded).await;
+    let services: Api<Service> = Api::namespaced(server.client.clone(), "default");
+    let svc = |name: &str, extra: serde_json::Value| -> Service {
+        let mut spec =
+            json!({"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]});
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("service")
+    };
+    let kubernetes = services
+        .get("kubernetes")
+        .await
+        .expect("the kubernetes service exists");
+    assert_eq!(
+        kubernetes
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.as_deref()),
+        Some("10.43.0.1")
+    );
+
+    let a = services
+        .create(&PostParams::default(), &svc("a", json!({})))
+        .await
+        .expect("create a");
+    let b = services
+        .create(&PostParams::default(), &svc("b", json!({})))
+        .await
+        .expect("create b");
+    let ip = |s: &Service| {
+        s.spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.clone())
+            .expect("clusterIP")
+    };
+    let (ip_a, ip_b) = (ip(&a), ip(&b));
+    assert_ne!(ip_a, ip_b);
+    for address in [&ip_a, &ip_b] {
+        assert!(address.starts_with("10.43."), "{address}");
+    }
+    assert_eq!(
+        a.spec.as_ref().and_then(|s| s.cluster_ips.clone()),
+        Some(vec![ip_a.clone()])
+    );
+    let ipaddresses: Api<IPAddress> = Api::all(server.client.clone());
+    let record = ipaddresses
+        .get(&ip_a)
+        .await
+        .expect("an IPAddress for the allocation");
+    assert_eq!(
+        record.spec.map(|s| s.parent_ref.name),
+        Some("a".to_string())
+    );
+
+    // A requested address: granted once, refused while taken, reusable after delete.
+    let fixed = services
+        .create(
+            &PostParams::default(),
+            &svc("fixed", json!({"clusterIP": "10.43.200.7"})),
+        )
+        .await
+        .expect("fixed");
+    assert_eq!(ip(&fixed), "10.43.200.7");
+    let taken = api_error(
+        services
+            .create(
+                &PostParams::default(),
+                &svc("again", json!({"clusterIP": "10.43.200.7"})),
+            )
+            .await
+            .expect_err("taken"),
+    );
+    assert_eq!((taken.code, taken.reason.as_str()), (422, "Invalid"));
+    assert!(
+        taken.message.contains("already allocated"),
+        "{}",
+        taken.message
+    );
+    let outside = api_error(
+        services
+            .create(
+                &PostParams::default(),
+                &svc("outside", json!({"clusterIP": "192.168.1.1"})),
+            )
+            .await
+            .expect_err("outside"),
+    );
+    assert_eq!(outside.code, 422);
+    services
+        .delete("fixed", &DeleteParams::default())
+        .await
+        .expect("delete");
+    services
+        .create(
+            &PostParams::default(),
+            &svc("reuse", json!({"clusterIP": "10.43.200.7"})),
+        )
+        .await
+        .expect("the address is free again");
+
+    // An update that leaves out the address keeps it; changing it is refused.
+    let mut replace = svc("a", json!({}));
+    replace.metadata.resource_version = None;
+    let kept = services
+        .replace("a", &PostParams::default(), &replace)
+        .await
+        .expect("replace");
+    assert_eq!(ip(&kept), ip_a);
+    let mut moved = svc("a", json!({"clusterIP": "10.43.9.9"}));
+    moved.metadata.resource_version = None;
+    assert_eq!(
+        api_error(
+            services
+                .replace("a", &PostParams::default(), &moved)
+                .await
+                .expect_err("immutable")
+        )
+        .code,
+        422
+    );
+
+    // NodePorts: in range, unique, released on delete.
+    let np = services
+        .create(
+            &PostParams::default(),
+            &svc("np", json!({"type": "NodePort"})),
+        )
+        .await
+        .expect("nodeport");
+    let port = np
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p[0].node_port)
+        .expect("a node port");
+    assert!((30000..=32767).contains(&port), "{port}");
+    let clash = api_error(
+        services
+            .create(
+                &PostParams::default(),
+                &svc(
+                    "np2",
+                    json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}),
+                ),
+            )
+            .await
+            .expect_err("port taken"),
+    );
+    assert_eq!(clash.code, 422);
+    services
+        .delete("np", &DeleteParams::default())
+        .await
+        .expect("delete");
+    services
+        .create(
+            &PostParams::default(),
+            &svc(
+                "np3",
+                json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}),
+            ),
+        )
+        .await
+        .expect("the port is free again");
+    assert!(
+        ipaddresses.get(&ip(&np)).await.is_err(),
+        "the deleted service's address was released"
+    );
+
+    let no_ports: Service = serde_json::from_value(
+        json!({"metadata": {"name": "empty"}, "spec": {"selector": {"a": "b"}}}),
+    )
+    .expect("svc");
+    assert_eq!(
+        api_error(
+            services
+                .create(&PostParams::default(), &no_ports)
+                .await
+                .expect_err("ports required")
+        )
+        .code,
+        422
+    );
+}

@@ -16,9 +16,14 @@ use super::objects::{
 use super::read::{Selectors, list_objects};
 use crate::negotiate::content_type;
 use crate::response::{ApiResult, json_response, store_error, with_warnings};
+use crate::services;
 
 /// How many times an update retries a conflict it may resolve itself.
 const MAX_RETRIES: usize = 8;
+
+fn is_service(def: &ResourceDef) -> bool {
+    def.group.is_empty() && def.kind == "Service"
+}
 
 pub fn parse_json(body: &Bytes) -> Result<Value, Status> {
     serde_json::from_slice(body)
@@ -84,14 +89,26 @@ pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
     )?;
     let name = name_of(&object);
     if !ctx.params.dry_run()? {
+        let allocation = if is_service(ctx.def()) {
+            Some(services::allocate(&ctx.state, ctx.def(), &mut object).await?)
+        } else {
+            None
+        };
         let key = ctx.def().key(ctx.namespace(), &name);
-        let kv = ctx
+        match ctx
             .state
             .store
             .create(key.as_bytes(), encode(&object))
             .await
-            .map_err(|e| store_error(e, ctx.def(), &name))?;
-        set_resource_version(&mut object, kv.mod_revision);
+        {
+            Ok(kv) => set_resource_version(&mut object, kv.mod_revision),
+            Err(e) => {
+                if let Some(allocation) = &allocation {
+                    services::release(&ctx.state, allocation).await;
+                }
+                return Err(store_error(e, ctx.def(), &name).into());
+            }
+        }
     }
     Ok(with_warnings(
         json_response(StatusCode::CREATED, &object),
@@ -144,6 +161,9 @@ where
     {
         return Err(Status::modified(def.target(), ctx.name()));
     }
+    if is_service(def) {
+        services::keep_on_update(def, &mut new, &old)?;
+    }
     object::prepare_update(def, &mut new, &old, part)?;
     set_resource_version(&mut new, revision);
     if new == old {
@@ -161,6 +181,11 @@ where
     let store = &ctx.state.store;
     let key = ctx.key();
     let finalized = is_terminating(&new) && finalizers(&new).is_empty();
+    let added = if is_service(def) && !finalized {
+        services::allocate_on_update(&ctx.state, def, &mut new, &old).await?
+    } else {
+        services::Allocation::default()
+    };
     let result = if finalized {
         store
             .delete(key.as_bytes(), Some(revision))
@@ -172,6 +197,26 @@ where
             .await
             .map(|kv| kv.mod_revision)
     };
+    if result.is_err() {
+        services::release(&ctx.state, &added).await;
+    } else if is_service(def) {
+        // Free what the old object held and the new one does not.
+        let before = services::held_by(&old);
+        let after = if finalized {
+            services::Allocation::default()
+        } else {
+            services::held_by(&new)
+        };
+        let freed = services::Allocation {
+            ip: before.ip.filter(|ip| after.ip != Some(*ip)),
+            node_ports: before
+                .node_ports
+                .into_iter()
+                .filter(|p| !after.node_ports.contains(p))
+                .collect(),
+        };
+        services::release(&ctx.state, &freed).await;
+    }
     match result {
         Ok(written) => {
             set_resource_version(&mut new, written);
@@ -390,6 +435,9 @@ async fn delete_one(
         }
         match store.delete(key.as_bytes(), Some(kv.mod_revision)).await {
             Ok(deleted) => {
+                if is_service(def) {
+                    services::release(&ctx.state, &services::held_by(&object)).await;
+                }
                 set_resource_version(&mut object, deleted.revision);
                 if def.group.is_empty() && def.kind == "Pod" {
                     return Ok((StatusCode::OK, object));

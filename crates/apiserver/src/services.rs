@@ -1,0 +1,505 @@
+//! Service ClusterIP and NodePort allocation.
+//!
+//! Each allocated ClusterIP is an `IPAddress` object (networking.k8s.io/v1)
+//! named by the address, as upstream 1.33 allocates them; each NodePort a key
+//! under `/registry/ranges/servicenodeports/`. Both are created with the
+//! store's create-if-absent, so two Services can never get the same address
+//! or port, however many servers share the store. Releasing deletes them.
+
+use std::net::Ipv4Addr;
+
+use bytes::Bytes;
+use rand::Rng;
+use rudder_api::network::{Cidr, NODE_PORTS, SERVICE_CIDR};
+use rudder_api::{Cause, ResourceDef, Status};
+use serde_json::{Value, json};
+
+use crate::response::store_error;
+use crate::rest::{encode, now, uid};
+use crate::state::State;
+
+const NODE_PORT_KEYS: &str = "/registry/ranges/servicenodeports/";
+
+/// What a Service holds, to release when it goes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    pub ip: Option<Ipv4Addr>,
+    pub node_ports: Vec<u16>,
+}
+
+fn cidr() -> Cidr {
+    Cidr::parse(SERVICE_CIDR).unwrap_or(Cidr {
+        base: Ipv4Addr::new(10, 43, 0, 0),
+        prefix: 16,
+    })
+}
+
+fn needs_ip(service: &Value) -> bool {
+    service.pointer("/spec/type").and_then(Value::as_str) != Some("ExternalName")
+        && service.pointer("/spec/clusterIP").and_then(Value::as_str) != Some("None")
+}
+
+fn needs_node_ports(service: &Value) -> bool {
+    matches!(
+        service.pointer("/spec/type").and_then(Value::as_str),
+        Some("NodePort" | "LoadBalancer")
+    )
+}
+
+fn ipaddresses(state: &State) -> Result<std::sync::Arc<ResourceDef>, Status> {
+    state
+        .registry
+        .get("networking.k8s.io", "v1", "ipaddresses")
+        .cloned()
+        .ok_or_else(|| Status::internal("no ipaddresses resource"))
+}
+
+/// Claims `ip` for the Service `namespace/name`; `false` if it is taken.
+async fn claim_ip(
+    state: &State,
+    ip: Ipv4Addr,
+    namespace: &str,
+    name: &str,
+) -> Result<bool, Status> {
+    let def = ipaddresses(state)?;
+    let object = json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IPAddress",
+        "metadata": {
+            "name": ip.to_string(),
+            "uid": uid(),
+            "creationTimestamp": now(),
+            "generation": 1,
+            "labels": {"ipaddress.kubernetes.io/ip-family": "IPv4", "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"},
+        },
+        "spec": {"parentRef": {"group": "", "resource": "services", "namespace": namespace, "name": name}},
+    });
+    match state
+        .store
+        .create(def.key(None, &ip.to_string()).as_bytes(), encode(&object))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(rudder_store::Error::AlreadyExists) => Ok(false),
+        Err(e) => Err(store_error(e, &def, &ip.to_string())),
+    }
+}
+
+async fn claim_port(state: &State, port: u16, owner: &str) -> Result<bool, Status> {
+    let key = format!("{NODE_PORT_KEYS}{port}");
+    match state
+        .store
+        .create(key.as_bytes(), Bytes::from(owner.to_string()))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(rudder_store::Error::AlreadyExists) => Ok(false),
+        Err(e) => Err(Status::unavailable(format!(
+            "allocating node port {port}: {e}"
+        ))),
+    }
+}
+
+fn invalid(def: &ResourceDef, name: &str, field: &str, value: Value, detail: &str) -> Status {
+    Status::invalid(
+        def.target(),
+        name,
+        vec![Cause::invalid(field, &value, detail)],
+    )
+}
+
+/// Gives a new Service its ClusterIP and NodePorts (those it asks for, or
+/// free ones), filling in `clusterIPs`, `ipFamilies` and `ipFamilyPolicy`.
+pub async fn allocate(
+    state: &State,
+    def: &ResourceDef,
+    service: &mut Value,
+) -> Result<Allocation, Status> {
+    let namespace = service
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let name = service
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let mut allocation = Allocation::default();
+    let result = allocate_into(state, def, service, &namespace, &name, &mut allocation).await;
+    if result.is_err() {
+        release(state, &allocation).await;
+    }
+    result.map(|()| allocation)
+}
+
+async fn allocate_into(
+    state: &State,
+    def: &ResourceDef,
+    service: &mut Value,
+    namespace: &str,
+    name: &str,
+    allocation: &mut Allocation,
+) -> Result<(), Status> {
+    let range = cidr();
+    if needs_ip(service) {
+        let requested = service
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        let ip = match requested {
+            Some(text) => {
+                let ip: Ipv4Addr = text.parse().map_err(|_| {
+                    invalid(
+                        def,
+                        name,
+                        "spec.clusterIPs[0]",
+                        json!(text),
+                        "must be a valid IP address",
+                    )
+                })?;
+                if !range.contains(ip)
+                    || !range
+                        .usable()
+                        .contains(&(u64::from(u32::from(ip) - u32::from(range.base))))
+                {
+                    return Err(invalid(
+                        def,
+                        name,
+                        "spec.clusterIPs",
+                        json!([text]),
+                        &format!(
+                            "failed to allocate IP {ip}: provided IP is not in the valid range. The range of valid IPs is {SERVICE_CIDR}"
+                        ),
+                    ));
+                }
+                if !claim_ip(state, ip, namespace, name).await? {
+                    return Err(invalid(
+                        def,
+                        name,
+                        "spec.clusterIPs",
+                        json!([text]),
+                        &format!("failed to allocate IP {ip}: provided IP is already allocated"),
+                    ));
+                }
+                ip
+            }
+            None => {
+                let usable = range.usable();
+                let span = usable.end - usable.start;
+                let start = rand::rng().random_range(0..span);
+                let mut found = None;
+                for step in 0..span.min(4096) {
+                    let Some(ip) = range.nth(usable.start + (start + step) % span) else {
+                        continue;
+                    };
+                    if claim_ip(state, ip, namespace, name).await? {
+                        found = Some(ip);
+                        break;
+                    }
+                }
+                found.ok_or_else(|| {
+                    Status::internal(format!(
+                        "failed to allocate a serviceIP: range {SERVICE_CIDR} is full"
+                    ))
+                })?
+            }
+        };
+        allocation.ip = Some(ip);
+        let spec = &mut service["spec"];
+        spec["clusterIP"] = json!(ip.to_string());
+        spec["clusterIPs"] = json!([ip.to_string()]);
+    } else if service.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None") {
+        service["spec"]["clusterIPs"] = json!(["None"]);
+    }
+    if service.pointer("/spec/type").and_then(Value::as_str) != Some("ExternalName") {
+        let spec = &mut service["spec"];
+        if spec.get("ipFamilies").is_none() {
+            spec["ipFamilies"] = json!(["IPv4"]);
+        }
+        if spec.get("ipFamilyPolicy").is_none() {
+            spec["ipFamilyPolicy"] = json!("SingleStack");
+        }
+        if spec.get("internalTrafficPolicy").is_none() {
+            spec["internalTrafficPolicy"] = json!("Cluster");
+        }
+    }
+    allocate_node_ports(state, def, service, namespace, name, allocation).await
+}
+
+/// Gives every port of a NodePort or LoadBalancer Service a node port.
+async fn allocate_node_ports(
+    state: &State,
+    def: &ResourceDef,
+    service: &mut Value,
+    namespace: &str,
+    name: &str,
+    allocation: &mut Allocation,
+) -> Result<(), Status> {
+    if !needs_node_ports(service) {
+        return Ok(());
+    }
+    if service.pointer("/spec/externalTrafficPolicy").is_none() {
+        service["spec"]["externalTrafficPolicy"] = json!("Cluster");
+    }
+    let owner = format!("{namespace}/{name}");
+    let count = service
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    for i in 0..count {
+        let field = format!("spec.ports[{i}].nodePort");
+        let port = match service
+            .pointer(&format!("/spec/ports/{i}/nodePort"))
+            .and_then(Value::as_i64)
+        {
+            Some(p) => {
+                let p = u16::try_from(p).ok().filter(|p| NODE_PORTS.contains(p)).ok_or_else(|| {
+                    invalid(def, name, &field, json!(p), &format!("provided port is not in the valid range. The range of valid ports is {}-{}", NODE_PORTS.start(), NODE_PORTS.end()))
+                })?;
+                if !claim_port(state, p, &owner).await? {
+                    return Err(invalid(
+                        def,
+                        name,
+                        &field,
+                        json!(p),
+                        "provided port is already allocated",
+                    ));
+                }
+                p
+            }
+            None => {
+                let span = u32::from(*NODE_PORTS.end() - *NODE_PORTS.start()) + 1;
+                let start = rand::rng().random_range(0..span);
+                let mut found = None;
+                for step in 0..span {
+                    let p = *NODE_PORTS.start() + ((start + step) % span) as u16;
+                    if claim_port(state, p, &owner).await? {
+                        found = Some(p);
+                        break;
+                    }
+                }
+                let p = found.ok_or_else(|| {
+                    Status::internal("failed to allocate a nodePort: range is full")
+                })?;
+                service["spec"]["ports"][i]["nodePort"] = json!(p);
+                p
+            }
+        };
+        allocation.node_ports.push(port);
+    }
+    Ok(())
+}
+
+/// What a stored Service holds.
+pub fn held_by(service: &Value) -> Allocation {
+    let ip = if needs_ip(service) {
+        service
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+    } else {
+        None
+    };
+    let node_ports = service
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map(|ports| {
+            ports
+                .iter()
+                .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+                .filter_map(|p| u16::try_from(p).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    Allocation { ip, node_ports }
+}
+
+/// Frees what a Service held.
+pub async fn release(state: &State, allocation: &Allocation) {
+    if let (Some(ip), Ok(def)) = (allocation.ip, ipaddresses(state)) {
+        let _ = state
+            .store
+            .delete(def.key(None, &ip.to_string()).as_bytes(), None)
+            .await;
+    }
+    for port in &allocation.node_ports {
+        let _ = state
+            .store
+            .delete(format!("{NODE_PORT_KEYS}{port}").as_bytes(), None)
+            .await;
+    }
+}
+
+/// Carries what an update may not change or drop: the ClusterIP, and
+/// node ports the new object leaves out (matched by port). A changed
+/// ClusterIP is refused.
+pub fn keep_on_update(def: &ResourceDef, new: &mut Value, old: &Value) -> Result<(), Status> {
+    let name = old
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let old_ip = old.pointer("/spec/clusterIP").cloned();
+    match (
+        new.pointer("/spec/clusterIP")
+            .filter(|v| v.as_str().is_some_and(|s| !s.is_empty())),
+        &old_ip,
+    ) {
+        (None, Some(ip)) => {
+            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("clusterIP".into(), ip.clone());
+                if let Some(ips) = old.pointer("/spec/clusterIPs") {
+                    spec.insert("clusterIPs".into(), ips.clone());
+                }
+            }
+        }
+        (Some(ip), Some(old_ip))
+            if ip != old_ip
+                && new.pointer("/spec/type").and_then(Value::as_str) != Some("ExternalName") =>
+        {
+            return Err(invalid(
+                def,
+                &name,
+                "spec.clusterIPs[0]",
+                ip.clone(),
+                "may not change once set",
+            ));
+        }
+        _ => {}
+    }
+    for field in ["ipFamilies", "ipFamilyPolicy", "internalTrafficPolicy"] {
+        if new.pointer(&format!("/spec/{field}")).is_none()
+            && let (Some(value), Some(spec)) = (
+                old.pointer(&format!("/spec/{field}")).cloned(),
+                new.get_mut("spec").and_then(Value::as_object_mut),
+            )
+        {
+            spec.insert(field.into(), value);
+        }
+    }
+    let old_ports = old
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(ports) = new.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
+        for port in ports {
+            if port.get("nodePort").is_none()
+                && let Some(previous) = old_ports.iter().find(|p| {
+                    p.get("port") == port.get("port") && p.get("protocol") == port.get("protocol")
+                })
+                && let Some(node_port) = previous.get("nodePort")
+            {
+                port["nodePort"] = node_port.clone();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Allocates node ports an updated NodePort Service newly needs; returns
+/// them, to release if the write fails.
+pub async fn allocate_on_update(
+    state: &State,
+    def: &ResourceDef,
+    new: &mut Value,
+    old: &Value,
+) -> Result<Allocation, Status> {
+    let held = held_by(old);
+    let mut allocation = Allocation::default();
+    if !needs_node_ports(new) {
+        return Ok(allocation);
+    }
+    let namespace = new
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let name = new
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let owner = format!("{namespace}/{name}");
+    let count = new
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    for i in 0..count {
+        match new
+            .pointer(&format!("/spec/ports/{i}/nodePort"))
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+        {
+            Some(p) if held.node_ports.contains(&p) => {}
+            Some(p) => {
+                if !NODE_PORTS.contains(&p) || !claim_port(state, p, &owner).await? {
+                    release(state, &allocation).await;
+                    return Err(invalid(
+                        def,
+                        &name,
+                        &format!("spec.ports[{i}].nodePort"),
+                        json!(p),
+                        "provided port is already allocated or out of range",
+                    ));
+                }
+                allocation.node_ports.push(p);
+            }
+            None => {
+                let mut single = Allocation::default();
+                let mut port_only = json!({"spec": {"type": "NodePort", "ports": [new["spec"]["ports"][i].clone()]}});
+                if let Err(e) =
+                    allocate_node_ports(state, def, &mut port_only, &namespace, &name, &mut single)
+                        .await
+                {
+                    release(state, &allocation).await;
+                    return Err(e);
+                }
+                new["spec"]["ports"][i]["nodePort"] =
+                    port_only["spec"]["ports"][0]["nodePort"].clone();
+                allocation.node_ports.extend(single.node_ports);
+            }
+        }
+    }
+    Ok(allocation)
+}
+
+/// Creates the `kubernetes` Service in `default` at the range's first
+/// address, if absent.
+pub async fn bootstrap(state: &State, port: u16) -> anyhow::Result<()> {
+    let def = state
+        .registry
+        .get("", "v1", "services")
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no services resource"))?;
+    let key = def.key(Some("default"), "kubernetes");
+    if state.store.get(key.as_bytes(), None).await.is_ok() {
+        return Ok(());
+    }
+    let ip = rudder_api::network::kubernetes_service_ip(&cidr());
+    let mut service = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"type": "ClusterIP", "clusterIP": ip.to_string(), "sessionAffinity": "None",
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]},
+    });
+    let stamp = rudder_api::object::Stamp {
+        now: &now(),
+        uid: &uid(),
+        suffix: "",
+    };
+    rudder_api::object::prepare_create(&def, &mut service, Some("default"), &stamp)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let allocation = allocate(state, &def, &mut service)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    match state.store.create(key.as_bytes(), encode(&service)).await {
+        Ok(_) | Err(rudder_store::Error::AlreadyExists) => Ok(()),
+        Err(e) => {
+            release(state, &allocation).await;
+            Err(anyhow::anyhow!("create the kubernetes service: {e}"))
+        }
+    }
+}
