@@ -521,3 +521,80 @@ async fn services_get_unique_cluster_ips_and_node_ports() {
         422
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_respect_pod_disruption_budgets() {
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::EvictParams;
+    let server = support::start(Backend::Embedded).await;
+    let pods: Api<Pod> = Api::namespaced(server.client.clone(), "default");
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(server.client.clone(), "default");
+    for name in ["p1", "p2", "free"] {
+        let app = if name == "free" { "other" } else { "guarded" };
+        let pod: Pod =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+            .expect("pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+    // Not covered by a budget: evicted at once.
+    pods.evict("free", &EvictParams::default())
+        .await
+        .expect("evict an uncovered pod");
+    assert_eq!(
+        api_error(pods.get("free").await.expect_err("gone")).code,
+        404
+    );
+
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": "guard"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}))
+    .expect("pdb");
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("create pdb");
+    // The budget has not been processed yet (no status): refused.
+    let early = api_error(
+        pods.evict("p1", &EvictParams::default())
+            .await
+            .expect_err("unprocessed budget"),
+    );
+    assert_eq!(
+        (early.code, early.reason.as_str()),
+        (429, "TooManyRequests")
+    );
+    // As the disruption controller would: one disruption allowed.
+    pdbs.patch_status("guard", &PatchParams::default(), &Patch::Merge(json!({"status": {
+        "observedGeneration": 1, "disruptionsAllowed": 1, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2}})))
+        .await
+        .expect("status");
+    pods.evict("p1", &EvictParams::default())
+        .await
+        .expect("the first eviction fits the budget");
+    assert_eq!(api_error(pods.get("p1").await.expect_err("gone")).code, 404);
+    let spent = pdbs
+        .get_status("guard")
+        .await
+        .expect("pdb")
+        .status
+        .expect("status");
+    assert_eq!(spent.disruptions_allowed, 0);
+    assert!(spent.disrupted_pods.expect("recorded").contains_key("p1"));
+    let refused = api_error(
+        pods.evict("p2", &EvictParams::default())
+            .await
+            .expect_err("budget spent"),
+    );
+    assert_eq!(
+        (refused.code, refused.reason.as_str()),
+        (429, "TooManyRequests")
+    );
+    assert!(
+        refused.message.contains("disruption budget"),
+        "{}",
+        refused.message
+    );
+    pods.get("p2").await.expect("p2 is still there");
+}

@@ -36,6 +36,7 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
             update_scale(ctx, |current| apply_patch(ctx, current, &patch)).await
         }
         ("binding", Verb::Create) => bind(ctx, object_body(ctx, &body)?).await,
+        ("eviction", Verb::Create) => evict(ctx, object_body(ctx, &body)?).await,
         ("finalize", Verb::Update) => {
             let object = object_body(ctx, &body)?;
             let finalizers = object.pointer("/spec/finalizers").cloned();
@@ -198,4 +199,122 @@ async fn bind(ctx: &Context, binding: Value) -> ApiResult {
         StatusCode::CREATED,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
+}
+
+fn too_many(message: String, cause: Option<String>) -> Status {
+    let mut status = Status::new(429, "TooManyRequests", message);
+    status.retry_after = Some(10);
+    if let Some(cause) = cause {
+        status
+            .causes
+            .push(rudder_api::Cause::new("DisruptionBudget", "", cause));
+    }
+    status
+}
+
+/// `pods/eviction` (policy/v1 Eviction): deletes the pod unless that would
+/// break the one PodDisruptionBudget covering it, as upstream's eviction
+/// REST does; the budget's `disruptionsAllowed` is spent by
+/// compare-and-swap before the pod goes.
+async fn evict(ctx: &Context, eviction: Value) -> ApiResult {
+    use super::objects::{decode, encode, now};
+    let (pod, _) = ctx.current().await?;
+    let phase = pod
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let terminal = matches!(phase, "Succeeded" | "Failed");
+    let state = &ctx.state;
+    let pdbs = state
+        .registry
+        .get("policy", "v1", "poddisruptionbudgets")
+        .cloned()
+        .ok_or_else(|| Status::internal("no poddisruptionbudgets"))?;
+    let namespace = ctx.namespace().unwrap_or_default().to_string();
+    let labels = pod.pointer("/metadata/labels");
+    for _ in 0..8 {
+        let mut covering = Vec::new();
+        if !terminal {
+            let prefix = format!("{}{namespace}/", pdbs.key_prefix());
+            let page = state
+                .store
+                .list(prefix.as_bytes(), Default::default())
+                .await
+                .map_err(|e| crate::response::store_error(e, &pdbs, ""))?;
+            for kv in &page.kvs {
+                let pdb = decode(kv)?;
+                let selects = pdb
+                    .pointer("/spec/selector")
+                    .is_some_and(|s| rudder_api::defaults::label_selector_matches(s, labels));
+                if selects {
+                    covering.push((pdb, kv.mod_revision));
+                }
+            }
+        }
+        if covering.len() > 1 {
+            return Err(Status::internal("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.").into());
+        }
+        if let Some((mut pdb, revision)) = covering.pop() {
+            let name = pdb
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let generation = pdb
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let observed = pdb
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if observed < generation {
+                return Err(too_many(
+                    "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+                    Some(format!(
+                        "The disruption budget {name} is still being processed by the server."
+                    )),
+                )
+                .into());
+            }
+            let allowed = pdb
+                .pointer("/status/disruptionsAllowed")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if allowed <= 0 {
+                let desired = pdb
+                    .pointer("/status/desiredHealthy")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let current = pdb
+                    .pointer("/status/currentHealthy")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                return Err(too_many(
+                    "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+                    Some(format!("The disruption budget {name} needs {desired} healthy pods and has {current} currently")),
+                )
+                .into());
+            }
+            pdb["status"]["disruptionsAllowed"] = json!(allowed - 1);
+            pdb["status"]["disruptedPods"][ctx.name()] = json!(now());
+            let key = pdbs.key(Some(&namespace), &name);
+            match state
+                .store
+                .update(key.as_bytes(), encode(&pdb), revision)
+                .await
+            {
+                Ok(_) => {}
+                Err(rudder_store::Error::Conflict { .. }) => continue,
+                Err(e) => return Err(crate::response::store_error(e, &pdbs, &name).into()),
+            }
+        }
+        let options = eviction.get("deleteOptions").filter(|o| !o.is_null());
+        super::write::delete_with(ctx, options).await?;
+        return Ok(json_response(
+            StatusCode::CREATED,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        ));
+    }
+    Err(Status::modified(pdbs.target(), "").into())
 }

@@ -304,9 +304,18 @@ struct DeleteOptions {
 }
 
 fn delete_options(ctx: &Context, body: &Bytes) -> Result<DeleteOptions, Status> {
+    let value = if body.is_empty() {
+        None
+    } else {
+        Some(object_body(ctx, body)?)
+    };
+    parsed_delete_options(ctx, value.as_ref())
+}
+
+/// `DeleteOptions` from an already parsed body and the query.
+fn parsed_delete_options(ctx: &Context, value: Option<&Value>) -> Result<DeleteOptions, Status> {
     let mut options = DeleteOptions::default();
-    if !body.is_empty() {
-        let value = object_body(ctx, body)?;
+    if let Some(value) = value {
         options.grace_period = value.get("gracePeriodSeconds").and_then(Value::as_i64);
         options.uid = value
             .pointer("/preconditions/uid")
@@ -455,7 +464,17 @@ async fn delete_one(
 }
 
 pub async fn delete(ctx: &Context, body: Bytes) -> ApiResult {
-    let options = delete_options(ctx, &body)?;
+    let value = if body.is_empty() {
+        None
+    } else {
+        Some(object_body(ctx, &body)?)
+    };
+    delete_with(ctx, value.as_ref()).await
+}
+
+/// Deletes the named object with already parsed `DeleteOptions`.
+pub async fn delete_with(ctx: &Context, options: Option<&Value>) -> ApiResult {
+    let options = parsed_delete_options(ctx, options)?;
     let (code, object) = delete_one(ctx, ctx.def(), &ctx.key(), ctx.name(), &options).await?;
     Ok(json_response(code, &object))
 }

@@ -71,8 +71,13 @@ pub async fn connect(kubeconfig: &std::path::Path) -> kube::Client {
     for _ in 0..400 {
         if kubeconfig.exists()
             && let Ok(kc) = kube::config::Kubeconfig::read_from(kubeconfig)
-            && let Ok(config) = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
-            && let Ok(client) = kube::Client::try_from(config)
+            && let Ok(mut config) =
+                kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
+            && let Ok(client) = {
+                // Tests assert on the server's own answers: no client-side retries of 429s.
+                config.default_retry = false;
+                kube::Client::try_from(config)
+            }
         {
             let ready = client
                 .request_text(
