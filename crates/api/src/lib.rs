@@ -9,6 +9,7 @@ pub mod status;
 pub use registry::{Registry, ResourceDef};
 pub use status::{Cause, Status};
 pub mod defaults;
+pub mod json;
 pub mod network;
 pub mod object;
 pub mod openapi;

@@ -131,18 +131,15 @@ fn diff_unknown(original: &Value, typed: &Value, path: String, out: &mut Vec<Str
     }
 }
 
-/// The error Strict field validation reports.
-pub fn strict_error(def: &ResourceDef, unknown: &[String]) -> Status {
-    let fields: Vec<String> = unknown
-        .iter()
-        .map(|f| format!("unknown field {f:?}"))
-        .collect();
+/// The error Strict field validation reports, for problems such as
+/// `unknown field "spec.x"` or `duplicate field "metadata.name"`.
+pub fn strict_error(def: &ResourceDef, problems: &[String]) -> Status {
     Status::bad_request(format!(
         "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
         def.kind,
         def.version,
         def.kind,
-        fields.join(", ")
+        problems.join(", ")
     ))
 }
 
@@ -460,8 +457,12 @@ mod tests {
         object["spec"]["nope"] = json!(null);
         let unknown = unknown_fields(def, &object).expect("decodes");
         assert_eq!(unknown, vec!["spec.template.spec.containers[0].bogusField"]);
+        let problems: Vec<String> = unknown
+            .iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect();
         assert!(
-            strict_error(def, &unknown)
+            strict_error(def, &problems)
                 .message
                 .contains("unknown field \"spec.template.spec.containers[0].bogusField\"")
         );

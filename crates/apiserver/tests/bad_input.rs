@@ -183,3 +183,30 @@ async fn too_many_requests_in_flight_get_429_with_retry_after() {
             .contains("apiserver_rejected_requests_total 1")
     );
 }
+
+#[tokio::test]
+async fn strict_field_validation_reports_duplicate_and_unknown_fields() {
+    let (state, _store) = state(100).await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let body = r#"{"metadata":{"name":"a","name":"b"},"data":{"k":"1"},"bogus":1}"#;
+    let strict = call(
+        &state,
+        post(
+            &format!("{cms}?fieldValidation=Strict"),
+            "application/json",
+            body,
+        ),
+    )
+    .await;
+    assert_status(&strict, 400, "BadRequest");
+    let message = strict.2["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("duplicate field \"metadata.name\"")
+            && message.contains("unknown field \"bogus\""),
+        "{message}"
+    );
+    // Warn (the default) stores the object, the last of the repeated keys winning.
+    let warned = call(&state, post(cms, "application/json", body)).await;
+    assert_eq!(warned.0, StatusCode::CREATED, "{:?}", warned.2);
+    assert_eq!(warned.2["metadata"]["name"], "b");
+}

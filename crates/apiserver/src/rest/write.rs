@@ -33,14 +33,26 @@ pub fn parse_json(body: &Bytes) -> Result<Value, Status> {
 /// The object a request body carries: JSON, or Kubernetes protobuf as
 /// kubectl 1.32+ sends it.
 pub fn object_body(ctx: &Context, body: &Bytes) -> Result<Value, Status> {
+    object_body_checked(ctx, body).map(|(value, _)| value)
+}
+
+/// The same, with the paths of keys a JSON body repeats.
+pub fn object_body_checked(ctx: &Context, body: &Bytes) -> Result<(Value, Vec<String>), Status> {
     match content_type(&ctx.headers).as_str() {
-        "application/json" | "*/*" => parse_json(body),
+        "application/json" | "*/*" => {
+            let parsed = rudder_api::json::parse(body).map_err(|e| {
+                Status::bad_request(format!("the request body is not valid JSON: {e}"))
+            })?;
+            Ok((parsed.value, parsed.duplicates))
+        }
         "application/vnd.kubernetes.protobuf" => {
-            rudder_api::protobuf::decode(&ctx.state.registry, body).map_err(|e| {
-                Status::bad_request(format!(
-                    "the request body is not a valid Kubernetes protobuf object: {e}"
-                ))
-            })
+            rudder_api::protobuf::decode(&ctx.state.registry, body)
+                .map(|value| (value, Vec::new()))
+                .map_err(|e| {
+                    Status::bad_request(format!(
+                        "the request body is not a valid Kubernetes protobuf object: {e}"
+                    ))
+                })
         }
         other => Err(Status::unsupported_media_type(other)),
     }
@@ -49,18 +61,29 @@ pub fn object_body(ctx: &Context, body: &Bytes) -> Result<Value, Status> {
 /// Unknown fields, as `fieldValidation` wants them treated: an error when
 /// Strict, warnings when Warn.
 pub fn check_fields(ctx: &Context, object: &Value) -> Result<Vec<String>, Status> {
+    check_fields_with(ctx, object, &[])
+}
+
+/// Unknown and duplicate fields, as `fieldValidation` wants them treated.
+pub fn check_fields_with(
+    ctx: &Context,
+    object: &Value,
+    duplicates: &[String],
+) -> Result<Vec<String>, Status> {
     let mode = FieldValidation::parse(ctx.params.get("fieldValidation"))?;
     let unknown = object::unknown_fields(ctx.def(), object)?;
-    if unknown.is_empty() || mode == FieldValidation::Ignore {
+    if (unknown.is_empty() && duplicates.is_empty()) || mode == FieldValidation::Ignore {
         return Ok(Vec::new());
     }
-    if mode == FieldValidation::Strict {
-        return Err(object::strict_error(ctx.def(), &unknown));
-    }
-    Ok(unknown
+    let mut problems: Vec<String> = duplicates
         .iter()
-        .map(|f| format!("unknown field {f:?}"))
-        .collect())
+        .map(|f| format!("duplicate field {f:?}"))
+        .collect();
+    problems.extend(unknown.iter().map(|f| format!("unknown field {f:?}")));
+    if mode == FieldValidation::Strict {
+        return Err(object::strict_error(ctx.def(), &problems));
+    }
+    Ok(problems)
 }
 
 fn name_of(object: &Value) -> String {
@@ -72,9 +95,9 @@ fn name_of(object: &Value) -> String {
 }
 
 pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
-    let mut object = object_body(ctx, &body)?;
+    let (mut object, duplicates) = object_body_checked(ctx, &body)?;
     object::check_type(ctx.def(), &mut object)?;
-    let warnings = check_fields(ctx, &object)?;
+    let warnings = check_fields_with(ctx, &object, &duplicates)?;
     ctx.check_namespace(true).await?;
     let (now, uid, suffix) = (now(), uid(), name_suffix());
     object::prepare_create(
@@ -231,9 +254,9 @@ where
 }
 
 pub async fn update(ctx: &Context, body: Bytes) -> ApiResult {
-    let mut object = object_body(ctx, &body)?;
+    let (mut object, duplicates) = object_body_checked(ctx, &body)?;
     object::check_type(ctx.def(), &mut object)?;
-    let warnings = check_fields(ctx, &object)?;
+    let warnings = check_fields_with(ctx, &object, &duplicates)?;
     if let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str)
         && name != ctx.name()
     {
