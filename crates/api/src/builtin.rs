@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::{
     admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery,
-    networking, node, policy, rbac, scheduling, storage,
+    events, networking, node, policy, rbac, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
@@ -175,6 +175,12 @@ pub fn resources() -> Vec<ResourceDef> {
             categories: &["all"],
             subresources: &[status("autoscaling", "v2", "HorizontalPodAutoscaler")],
         },
+        autoscaling::v1::HorizontalPodAutoscaler {
+            short_names: &["hpa"],
+            categories: &["all"],
+            subresources: &[status("autoscaling", "v1", "HorizontalPodAutoscaler")],
+            conversion: Some(crate::conversion::HPA_V1),
+        },
         // policy/v1
         policy::v1::PodDisruptionBudget {
             short_names: &["pdb"],
@@ -220,6 +226,12 @@ pub fn resources() -> Vec<ResourceDef> {
         },
         // node.k8s.io/v1
         node::v1::RuntimeClass,
+        // events.k8s.io/v1: the core/v1 Events, as the newer type
+        events::v1::Event {
+            short_names: &["ev"],
+            conversion: Some(crate::conversion::EVENTS_V1),
+            storage_prefix: Some("/registry/core/events/"),
+        },
         // certificates.k8s.io/v1
         certificates::v1::CertificateSigningRequest {
             short_names: &["csr"],

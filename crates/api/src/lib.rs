@@ -8,6 +8,7 @@ pub mod status;
 
 pub use registry::{Registry, ResourceDef};
 pub use status::{Cause, Status};
+pub mod conversion;
 pub mod defaults;
 pub mod json;
 pub mod network;

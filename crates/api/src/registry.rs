@@ -62,6 +62,10 @@ pub struct ResourceDef {
     pub schema: Option<fn(&mut SchemaGenerator) -> Schema>,
     /// The OpenAPI definition name: `io.k8s.api.apps.v1.Deployment`.
     pub schema_name: String,
+    /// For a version stored as another: how to convert.
+    pub conversion: Option<crate::conversion::Conversion>,
+    /// Where objects are stored, when not under this group's own prefix.
+    pub storage_prefix: Option<String>,
 }
 
 impl std::fmt::Debug for ResourceDef {
@@ -105,6 +109,9 @@ impl ResourceDef {
     /// The store key prefix of this resource: `/registry/apps/deployments/`.
     /// Every version of a resource shares it.
     pub fn key_prefix(&self) -> String {
+        if let Some(prefix) = &self.storage_prefix {
+            return prefix.clone();
+        }
         let group = if self.group.is_empty() {
             "core"
         } else {
@@ -140,6 +147,8 @@ pub struct Extra<'a> {
     pub categories: &'a [&'static str],
     pub subresources: &'a [Subresource],
     pub verbs: &'a [&'static str],
+    pub conversion: Option<crate::conversion::Conversion>,
+    pub storage_prefix: Option<&'a str>,
 }
 
 impl Extra<'static> {
@@ -148,6 +157,8 @@ impl Extra<'static> {
         categories: &[],
         subresources: &[],
         verbs: STANDARD_VERBS,
+        conversion: None,
+        storage_prefix: None,
     };
 }
 
@@ -181,6 +192,8 @@ where
         typed_round_trip: Some(round_trip::<T>),
         schema: Some(schema_of::<T>),
         schema_name: T::schema_name().into_owned(),
+        conversion: extra.conversion,
+        storage_prefix: extra.storage_prefix.map(str::to_string),
     }
 }
 

@@ -598,3 +598,113 @@ async fn evictions_respect_pod_disruption_budgets() {
     );
     pods.get("p2").await.expect("p2 is still there");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_and_newer_versions_serve_the_same_objects() {
+    use k8s_openapi::api::autoscaling::{v1 as hpa1, v2 as hpa2};
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event as NewEvent;
+    let server = support::start(Backend::Embedded).await;
+    let client = server.client.clone();
+    let v1: Api<hpa1::HorizontalPodAutoscaler> = Api::namespaced(client.clone(), "default");
+    let v2: Api<hpa2::HorizontalPodAutoscaler> = Api::namespaced(client.clone(), "default");
+    let hpa: hpa1::HorizontalPodAutoscaler = serde_json::from_value(json!({"metadata": {"name": "web"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "minReplicas": 1, "maxReplicas": 5, "targetCPUUtilizationPercentage": 70}}))
+    .expect("hpa");
+    let rv = v1
+        .list(&ListParams::default())
+        .await
+        .expect("list v1")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut watch = v1
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .expect("watch v1")
+        .boxed();
+    v1.create(&PostParams::default(), &hpa)
+        .await
+        .expect("create through v1");
+    let as_v2 = v2.get("web").await.expect("read through v2");
+    let metric = &as_v2
+        .spec
+        .as_ref()
+        .and_then(|s| s.metrics.clone())
+        .expect("metrics")[0];
+    assert_eq!(
+        metric
+            .resource
+            .as_ref()
+            .and_then(|r| r.target.average_utilization),
+        Some(70)
+    );
+    v2.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"maxReplicas": 9}})),
+    )
+    .await
+    .expect("patch through v2");
+    let back = v1
+        .get("web")
+        .await
+        .expect("read through v1")
+        .spec
+        .expect("spec");
+    assert_eq!(
+        (back.max_replicas, back.target_cpu_utilization_percentage),
+        (9, Some(70))
+    );
+    let mut kinds = Vec::new();
+    while kinds.len() < 2 {
+        match watch.try_next().await.expect("stream") {
+            Some(WatchEvent::Added(h)) | Some(WatchEvent::Modified(h)) => {
+                assert_eq!(
+                    h.spec
+                        .as_ref()
+                        .and_then(|s| s.target_cpu_utilization_percentage),
+                    Some(70),
+                    "v1 events carry the v1 form"
+                );
+                kinds.push(h.spec.map(|s| s.max_replicas));
+            }
+            Some(WatchEvent::Bookmark(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(kinds, vec![Some(5), Some(9)]);
+
+    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let newer: Api<NewEvent> = Api::namespaced(client.clone(), "default");
+    let event: CoreEvent = serde_json::from_value(
+        json!({"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p"},
+        "reason": "Pulled", "message": "pulled the image", "type": "Normal", "count": 1}),
+    )
+    .expect("event");
+    core.create(&PostParams::default(), &event)
+        .await
+        .expect("create core event");
+    let seen = newer.get("e1").await.expect("read as events.k8s.io/v1");
+    assert_eq!(seen.note.as_deref(), Some("pulled the image"));
+    assert_eq!(seen.regarding.and_then(|r| r.name).as_deref(), Some("p"));
+    let created: NewEvent = serde_json::from_value(json!({"metadata": {"name": "e2"}, "eventTime": "2026-11-30T10:00:00.000000Z",
+        "reportingController": "rudder/test", "reportingInstance": "t", "action": "Test", "reason": "Tested", "type": "Normal",
+        "regarding": {"kind": "Node", "name": "n"}, "note": "from the new API"})).expect("event");
+    newer
+        .create(&PostParams::default(), &created)
+        .await
+        .expect("create through events.k8s.io/v1");
+    let old = core.get("e2").await.expect("read as core/v1");
+    assert_eq!(old.message.as_deref(), Some("from the new API"));
+    assert_eq!(old.involved_object.name.as_deref(), Some("n"));
+    assert_eq!(
+        newer
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        2
+    );
+}

@@ -58,6 +58,23 @@ pub fn set_resource_version(object: &mut Value, revision: u64) {
     }
 }
 
+/// An object as `def`'s version serves it: converted from its stored
+/// version when that differs (autoscaling/v1, events.k8s.io/v1).
+pub fn served(def: &ResourceDef, object: Value) -> Value {
+    match def.conversion {
+        Some(conversion) => (conversion.from_storage)(object),
+        None => object,
+    }
+}
+
+/// The bytes to store for an object of `def`'s version.
+pub fn stored(def: &ResourceDef, object: &Value) -> Bytes {
+    match def.conversion {
+        Some(conversion) => encode(&(conversion.to_storage)(object.clone())),
+        None => encode(object),
+    }
+}
+
 /// The bytes to store for `object` (without its `resourceVersion`).
 pub fn encode(object: &Value) -> Bytes {
     let mut object = object.clone();
@@ -115,7 +132,7 @@ impl Context {
             .get(self.key().as_bytes(), None)
             .await
             .map_err(|e| store_error(e, self.def(), self.name()))?;
-        Ok((decode(&kv)?, kv.mod_revision))
+        Ok((served(self.def(), decode(&kv)?), kv.mod_revision))
     }
 
     /// Refuses writes into a namespace that does not exist or is being

@@ -12,7 +12,7 @@ use rudder_api::{ResourceDef, Status, table};
 use rudder_store::ListOptions;
 use serde_json::{Value, json};
 
-use super::objects::{decode, now_seconds};
+use super::objects::{decode, now_seconds, served};
 use super::{Context, Params};
 use crate::cache::Cached;
 use crate::negotiate::{self, Output};
@@ -100,7 +100,7 @@ pub async fn get(ctx: &Context) -> ApiResult {
     {
         return Err(Status::timeout(format!("Too large resource version: {rv}")).into());
     }
-    let object = decode(&kv)?;
+    let object = served(ctx.def(), decode(&kv)?);
     Ok(match output {
         Output::Json => json_response(StatusCode::OK, &object),
         Output::Table => {
@@ -249,7 +249,7 @@ pub async fn list_objects(ctx: &Context, selectors: &Selectors) -> Result<Listed
             })?;
         revision = Some(page.revision);
         for (i, kv) in page.kvs.iter().enumerate() {
-            let object = decode(kv)?;
+            let object = served(ctx.def(), decode(kv)?);
             if !selectors.matches(&object) {
                 continue;
             }
@@ -301,6 +301,10 @@ async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<Cach
         return Ok(None);
     }
     let def = ctx.def();
+    if def.conversion.is_some() {
+        // The cache holds the stored version; converted versions read the store.
+        return Ok(None);
+    }
     let target = match params.get("resourceVersion") {
         None | Some("") => ctx
             .state

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::Context;
-use super::objects::{decode, set_resource_version};
+use super::objects::{decode, served, set_resource_version};
 use super::read::{Include, Selectors, table};
 use crate::cache::{Cached, CachedEvent, Subscription};
 use crate::negotiate::{self, Output};
@@ -130,6 +130,7 @@ fn selects<'a>(selectors: &'a Selectors, name: Option<&'a str>) -> impl Fn(&Valu
 
 /// The events a store event becomes for a watcher with these selectors.
 fn translate(
+    def: &ResourceDef,
     event: &Event,
     selectors: &Selectors,
     name: Option<&str>,
@@ -137,9 +138,13 @@ fn translate(
     let matches = selects(selectors, name);
     let new = match event.kind {
         EventKind::Deleted => None,
-        _ => Some(decode(&event.kv)?),
+        _ => Some(served(def, decode(&event.kv)?)),
     };
-    let old = event.prev.as_ref().map(decode).transpose()?;
+    let old = event
+        .prev
+        .as_ref()
+        .map(|kv| decode(kv).map(|v| served(def, v)))
+        .transpose()?;
     let Some(kind) = transition(event.kind, new.as_ref(), old.as_ref(), &matches) else {
         return Ok(None);
     };
@@ -187,7 +192,8 @@ pub async fn watch(ctx: Context) -> ApiResult {
 
     // From the watch cache when its history reaches back to the start.
     let cache = ctx.state.cache(&def);
-    if cache.wait_for(0).await.is_ok()
+    if def.conversion.is_none()
+        && cache.wait_for(0).await.is_ok()
         && let Some(subscription) = cache.subscribe(start, &prefix)
     {
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
@@ -223,7 +229,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
                     .await
                     .map_err(|e| store_error(e, &def, ""))?;
                 for kv in &page.kvs {
-                    let object = decode(kv)?;
+                    let object = served(&def, decode(kv)?);
                     if selectors.matches(&object)
                         && name.as_deref().is_none_or(|n| {
                             object.pointer("/metadata/name").and_then(Value::as_str) == Some(n)
@@ -279,7 +285,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
                 Some(Ok(WatchResponse::Events(events))) => {
                     let mut lines = Vec::new();
                     for event in &events {
-                        match translate(event, &selectors, name.as_deref()) {
+                        match translate(&def, event, &selectors, name.as_deref()) {
                             Ok(Some((kind, object))) => lines.push(render.line(kind, object)),
                             Ok(None) => {}
                             Err(status) => lines.push(error_line(&status)),
@@ -462,6 +468,8 @@ mod tests {
 
     #[test]
     fn selector_transitions_become_added_and_deleted() {
+        let registry = rudder_api::Registry::builtin();
+        let def = registry.get("", "v1", "configmaps").expect("def").clone();
         let s = selectors("app=web");
         let enter = Event {
             kind: EventKind::Updated,
@@ -469,7 +477,9 @@ mod tests {
             prev: Some(kv(json!({}), 2)),
         };
         assert_eq!(
-            translate(&enter, &s, None).expect("ok").map(|(k, _)| k),
+            translate(&def, &enter, &s, None)
+                .expect("ok")
+                .map(|(k, _)| k),
             Some("ADDED")
         );
         let leave = Event {
@@ -478,7 +488,9 @@ mod tests {
             prev: Some(kv(json!({"app": "web"}), 3)),
         };
         assert_eq!(
-            translate(&leave, &s, None).expect("ok").map(|(k, _)| k),
+            translate(&def, &leave, &s, None)
+                .expect("ok")
+                .map(|(k, _)| k),
             Some("DELETED")
         );
         let stay = Event {
@@ -487,7 +499,9 @@ mod tests {
             prev: Some(kv(json!({"app": "web"}), 4)),
         };
         assert_eq!(
-            translate(&stay, &s, None).expect("ok").map(|(k, _)| k),
+            translate(&def, &stay, &s, None)
+                .expect("ok")
+                .map(|(k, _)| k),
             Some("MODIFIED")
         );
         let mut deleted_kv = kv(json!({}), 6);
@@ -497,9 +511,15 @@ mod tests {
             kv: deleted_kv,
             prev: Some(kv(json!({"app": "web"}), 5)),
         };
-        let (kind, object) = translate(&delete, &s, None).expect("ok").expect("an event");
+        let (kind, object) = translate(&def, &delete, &s, None)
+            .expect("ok")
+            .expect("an event");
         assert_eq!(kind, "DELETED");
         assert_eq!(object["metadata"]["resourceVersion"], "6");
-        assert!(translate(&delete, &s, Some("other")).expect("ok").is_none());
+        assert!(
+            translate(&def, &delete, &s, Some("other"))
+                .expect("ok")
+                .is_none()
+        );
     }
 }

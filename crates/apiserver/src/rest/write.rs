@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use super::Context;
 use super::objects::{
-    decode, encode, name_suffix, now, now_seconds, resource_version, set_resource_version, uid,
+    decode, name_suffix, now, now_seconds, resource_version, served, set_resource_version, stored,
+    uid,
 };
 use super::read::{Selectors, list_objects};
 use crate::negotiate::content_type;
@@ -121,7 +122,7 @@ pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
         match ctx
             .state
             .store
-            .create(key.as_bytes(), encode(&object))
+            .create(key.as_bytes(), stored(ctx.def(), &object))
             .await
         {
             Ok(kv) => set_resource_version(&mut object, kv.mod_revision),
@@ -216,7 +217,7 @@ where
             .map(|d| d.revision)
     } else {
         store
-            .update(key.as_bytes(), encode(&new), revision)
+            .update(key.as_bytes(), stored(def, &new), revision)
             .await
             .map(|kv| kv.mod_revision)
     };
@@ -384,7 +385,7 @@ async fn delete_one(
             .get(key.as_bytes(), None)
             .await
             .map_err(|e| store_error(e, def, name))?;
-        let mut object = decode(&kv)?;
+        let mut object = served(def, decode(&kv)?);
         let object_uid = object
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
@@ -446,7 +447,7 @@ async fn delete_one(
                 return Ok((StatusCode::OK, object));
             }
             match store
-                .update(key.as_bytes(), encode(&object), kv.mod_revision)
+                .update(key.as_bytes(), stored(def, &object), kv.mod_revision)
                 .await
             {
                 Ok(written) => {
