@@ -212,50 +212,19 @@ fn template_containers(object: &Value, pointer: &str) -> (Value, Value) {
 }
 
 fn selector_text(selector: Option<&Value>) -> String {
-    let Some(selector) = selector else {
-        return "<none>".into();
-    };
-    let mut parts = Vec::new();
-    if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
-        parts.extend(
-            labels
-                .iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())),
-        );
-    }
-    if let Some(expressions) = selector.get("matchExpressions").and_then(Value::as_array) {
-        for e in expressions {
-            let values: Vec<&str> = e
-                .get("values")
-                .and_then(Value::as_array)
-                .map(|v| v.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            match str_at(e, "/operator") {
-                "In" => parts.push(format!("{} in ({})", str_at(e, "/key"), values.join(","))),
-                "NotIn" => parts.push(format!(
-                    "{} notin ({})",
-                    str_at(e, "/key"),
-                    values.join(",")
-                )),
-                "Exists" => parts.push(str_at(e, "/key").to_string()),
-                "DoesNotExist" => parts.push(format!("!{}", str_at(e, "/key"))),
-                _ => {}
-            }
-        }
-    }
-    none_if_empty(parts.join(","))
+    none_if_empty(
+        selector
+            .map(crate::selector::format_label_selector)
+            .unwrap_or_default(),
+    )
 }
 
 fn map_selector(selector: Option<&Value>) -> String {
-    let parts: Vec<String> = selector
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default();
-    none_if_empty(parts.join(","))
+    none_if_empty(
+        selector
+            .map(crate::selector::format_map_selector)
+            .unwrap_or_default(),
+    )
 }
 
 fn pod_cells(pod: &Value, now: i64) -> Vec<Value> {

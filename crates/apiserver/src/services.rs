@@ -100,6 +100,18 @@ async fn claim_port(state: &State, port: u16, owner: &str) -> Result<bool, Statu
     }
 }
 
+/// The namespace and name of an object.
+fn identity(object: &Value) -> (String, String) {
+    let field = |f: &str| {
+        object
+            .pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (field("namespace"), field("name"))
+}
+
 fn invalid(def: &ResourceDef, name: &str, field: &str, value: Value, detail: &str) -> Status {
     Status::invalid(
         def.target(),
@@ -115,16 +127,7 @@ pub async fn allocate(
     def: &ResourceDef,
     service: &mut Value,
 ) -> Result<Allocation, Status> {
-    let namespace = service
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let name = service
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let (namespace, name) = identity(service);
     let mut allocation = Allocation::default();
     let result = allocate_into(state, def, service, &namespace, &name, &mut allocation).await;
     if result.is_err() {
@@ -225,16 +228,58 @@ async fn allocate_into(
             spec["internalTrafficPolicy"] = json!("Cluster");
         }
     }
-    allocate_node_ports(state, def, service, namespace, name, allocation).await
+    allocate_node_ports(state, def, service, &[], allocation).await
 }
 
-/// Gives every port of a NodePort or LoadBalancer Service a node port.
+/// Claims the node port of a Service port: `requested`, or a free one.
+async fn claim_node_port(
+    state: &State,
+    def: &ResourceDef,
+    name: &str,
+    owner: &str,
+    field: &str,
+    requested: Option<&Value>,
+) -> Result<u16, Status> {
+    match requested.filter(|v| !v.is_null()) {
+        Some(value) => {
+            let port = value.as_u64().and_then(|p| u16::try_from(p).ok()).filter(|p| NODE_PORTS.contains(p)).ok_or_else(|| {
+                invalid(def, name, field, value.clone(), &format!("provided port is not in the valid range. The range of valid ports is {}-{}", NODE_PORTS.start(), NODE_PORTS.end()))
+            })?;
+            if !claim_port(state, port, owner).await? {
+                return Err(invalid(
+                    def,
+                    name,
+                    field,
+                    value.clone(),
+                    "provided port is already allocated",
+                ));
+            }
+            Ok(port)
+        }
+        None => {
+            let span = u32::from(*NODE_PORTS.end() - *NODE_PORTS.start()) + 1;
+            let start = rand::rng().random_range(0..span);
+            for step in 0..span {
+                let port = *NODE_PORTS.start() + ((start + step) % span) as u16;
+                if claim_port(state, port, owner).await? {
+                    return Ok(port);
+                }
+            }
+            Err(Status::internal(
+                "failed to allocate a nodePort: range is full",
+            ))
+        }
+    }
+}
+
+/// Gives every port of a NodePort or LoadBalancer Service a node port,
+/// except those in `held` (ports an update keeps); what it claims goes into
+/// `allocation`.
 async fn allocate_node_ports(
     state: &State,
     def: &ResourceDef,
     service: &mut Value,
-    namespace: &str,
-    name: &str,
+    held: &[u16],
     allocation: &mut Allocation,
 ) -> Result<(), Status> {
     if !needs_node_ports(service) {
@@ -243,50 +288,34 @@ async fn allocate_node_ports(
     if service.pointer("/spec/externalTrafficPolicy").is_none() {
         service["spec"]["externalTrafficPolicy"] = json!("Cluster");
     }
+    let (namespace, name) = identity(service);
     let owner = format!("{namespace}/{name}");
     let count = service
         .pointer("/spec/ports")
         .and_then(Value::as_array)
         .map_or(0, Vec::len);
     for i in 0..count {
-        let field = format!("spec.ports[{i}].nodePort");
-        let port = match service
+        let requested = service
             .pointer(&format!("/spec/ports/{i}/nodePort"))
-            .and_then(Value::as_i64)
+            .cloned();
+        if requested
+            .as_ref()
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+            .is_some_and(|p| held.contains(&p))
         {
-            Some(p) => {
-                let p = u16::try_from(p).ok().filter(|p| NODE_PORTS.contains(p)).ok_or_else(|| {
-                    invalid(def, name, &field, json!(p), &format!("provided port is not in the valid range. The range of valid ports is {}-{}", NODE_PORTS.start(), NODE_PORTS.end()))
-                })?;
-                if !claim_port(state, p, &owner).await? {
-                    return Err(invalid(
-                        def,
-                        name,
-                        &field,
-                        json!(p),
-                        "provided port is already allocated",
-                    ));
-                }
-                p
-            }
-            None => {
-                let span = u32::from(*NODE_PORTS.end() - *NODE_PORTS.start()) + 1;
-                let start = rand::rng().random_range(0..span);
-                let mut found = None;
-                for step in 0..span {
-                    let p = *NODE_PORTS.start() + ((start + step) % span) as u16;
-                    if claim_port(state, p, &owner).await? {
-                        found = Some(p);
-                        break;
-                    }
-                }
-                let p = found.ok_or_else(|| {
-                    Status::internal("failed to allocate a nodePort: range is full")
-                })?;
-                service["spec"]["ports"][i]["nodePort"] = json!(p);
-                p
-            }
-        };
+            continue;
+        }
+        let port = claim_node_port(
+            state,
+            def,
+            &name,
+            &owner,
+            &format!("spec.ports[{i}].nodePort"),
+            requested.as_ref(),
+        )
+        .await?;
+        service["spec"]["ports"][i]["nodePort"] = json!(port);
         allocation.node_ports.push(port);
     }
     Ok(())
@@ -407,63 +436,13 @@ pub async fn allocate_on_update(
     new: &mut Value,
     old: &Value,
 ) -> Result<Allocation, Status> {
-    let held = held_by(old);
     let mut allocation = Allocation::default();
-    if !needs_node_ports(new) {
-        return Ok(allocation);
+    let result =
+        allocate_node_ports(state, def, new, &held_by(old).node_ports, &mut allocation).await;
+    if result.is_err() {
+        release(state, &allocation).await;
     }
-    let namespace = new
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let name = new
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let owner = format!("{namespace}/{name}");
-    let count = new
-        .pointer("/spec/ports")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
-    for i in 0..count {
-        match new
-            .pointer(&format!("/spec/ports/{i}/nodePort"))
-            .and_then(Value::as_u64)
-            .and_then(|p| u16::try_from(p).ok())
-        {
-            Some(p) if held.node_ports.contains(&p) => {}
-            Some(p) => {
-                if !NODE_PORTS.contains(&p) || !claim_port(state, p, &owner).await? {
-                    release(state, &allocation).await;
-                    return Err(invalid(
-                        def,
-                        &name,
-                        &format!("spec.ports[{i}].nodePort"),
-                        json!(p),
-                        "provided port is already allocated or out of range",
-                    ));
-                }
-                allocation.node_ports.push(p);
-            }
-            None => {
-                let mut single = Allocation::default();
-                let mut port_only = json!({"spec": {"type": "NodePort", "ports": [new["spec"]["ports"][i].clone()]}});
-                if let Err(e) =
-                    allocate_node_ports(state, def, &mut port_only, &namespace, &name, &mut single)
-                        .await
-                {
-                    release(state, &allocation).await;
-                    return Err(e);
-                }
-                new["spec"]["ports"][i]["nodePort"] =
-                    port_only["spec"]["ports"][0]["nodePort"].clone();
-                allocation.node_ports.extend(single.node_ports);
-            }
-        }
-    }
-    Ok(allocation)
+    result.map(|()| allocation)
 }
 
 /// Creates the `kubernetes` Service in `default` at the range's first
