@@ -16,6 +16,9 @@ pub mod services;
 pub mod state;
 pub mod tls;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,8 @@ use futures::{AsyncBufReadExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
+
+use rudder_apiserver::testing;
 
 use crate::Options;
 use crate::report::{Metric, Report};
@@ -45,22 +47,7 @@ impl Drop for Server {
 
 impl Server {
     fn start(binary: &Path, dir: &Path, port: u16) -> anyhow::Result<Server> {
-        let child = Command::new(binary)
-            .args([
-                "server",
-                "--disable-agent",
-                "--bind-address",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--data-dir",
-            ])
-            .arg(dir)
-            .env("RUDDER_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("start rudder server")?;
+        let child = testing::spawn_server(binary, dir, port).context("start rudder server")?;
         Ok(Server {
             child,
             kubeconfig: dir.join("kubeconfig.yaml"),
@@ -69,24 +56,8 @@ impl Server {
 
     /// A client, once /readyz answers; and how long that took from `since`.
     async fn ready(&self, since: Instant) -> anyhow::Result<(kube::Client, Duration)> {
-        let deadline = since + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(kc) = kube::config::Kubeconfig::read_from(&self.kubeconfig)
-                && let Ok(config) =
-                    kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
-                && let Ok(client) = kube::Client::try_from(config)
-                && client
-                    .request_text(http::Request::get("/readyz").body(Vec::new())?)
-                    .await
-                    .ok()
-                    .as_deref()
-                    == Some("ok")
-            {
-                return Ok((client, since.elapsed()));
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        anyhow::bail!("rudder server did not become ready")
+        let client = testing::connect(&self.kubeconfig, Duration::from_secs(30)).await?;
+        Ok((client, since.elapsed()))
     }
 
     /// Resident and peak resident memory, MiB.
@@ -105,9 +76,7 @@ impl Server {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    Ok(testing::free_port()?)
 }
 
 /// A realistic Pod: one container with ports, env, resources and probes.

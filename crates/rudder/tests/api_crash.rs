@@ -3,67 +3,34 @@
 //! every object the server answered 201 for is there.
 
 use std::collections::HashSet;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use rand::Rng;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
+use rudder_apiserver::testing;
 
 fn start(dir: &std::path::Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_rudder"))
-        .args([
-            "server",
-            "--bind-address",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--data-dir",
-        ])
-        .arg(dir)
-        .env("RUDDER_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start rudder server")
+    testing::spawn_server(
+        std::path::Path::new(env!("CARGO_BIN_EXE_rudder")),
+        dir,
+        port,
+    )
+    .expect("start rudder server")
 }
 
 async fn connect(kubeconfig: &std::path::Path) -> kube::Client {
-    for _ in 0..400 {
-        if let Ok(kc) = kube::config::Kubeconfig::read_from(kubeconfig)
-            && let Ok(config) = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
-            && let Ok(client) = kube::Client::try_from(config)
-            && client
-                .request_text(
-                    http::Request::get("/readyz")
-                        .body(Vec::new())
-                        .expect("request"),
-                )
-                .await
-                .ok()
-                .as_deref()
-                == Some("ok")
-        {
-            return client;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("rudder server did not become ready");
+    testing::connect(kubeconfig, Duration::from_secs(20))
+        .await
+        .expect("rudder server became ready")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_create_survives_sigkill() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
+    let port = testing::free_port().expect("a free port");
     let kubeconfig = dir.path().join("kubeconfig.yaml");
     let acknowledged: Arc<Mutex<HashSet<String>>> = Arc::default();
     let rounds = 4;

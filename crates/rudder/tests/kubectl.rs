@@ -23,26 +23,9 @@ impl Drop for Server {
 
 fn start() -> Server {
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_rudder"))
-        .args([
-            "server",
-            "--disable-agent",
-            "--bind-address",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .env("RUDDER_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+    let port = rudder_apiserver::testing::free_port().expect("a free port");
+    let binary = Path::new(env!("CARGO_BIN_EXE_rudder"));
+    let child = rudder_apiserver::testing::spawn_server(binary, dir.path(), port)
         .expect("start rudder server");
     Server { child, dir }
 }

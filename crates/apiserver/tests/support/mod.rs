@@ -68,29 +68,7 @@ pub async fn start(backend: Backend) -> Server {
 
 /// A kube-rs client from a kubeconfig, once the server answers /readyz.
 pub async fn connect(kubeconfig: &std::path::Path) -> kube::Client {
-    for _ in 0..400 {
-        if kubeconfig.exists()
-            && let Ok(kc) = kube::config::Kubeconfig::read_from(kubeconfig)
-            && let Ok(mut config) =
-                kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
-            && let Ok(client) = {
-                // Tests assert on the server's own answers: no client-side retries of 429s.
-                config.default_retry = false;
-                kube::Client::try_from(config)
-            }
-        {
-            let ready = client
-                .request_text(
-                    http::Request::get("/readyz")
-                        .body(Vec::new())
-                        .expect("request"),
-                )
-                .await;
-            if ready.as_deref().ok() == Some("ok") {
-                return client;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the API server did not become ready");
+    rudder_apiserver::testing::connect(kubeconfig, Duration::from_secs(10))
+        .await
+        .expect("the API server became ready")
 }
