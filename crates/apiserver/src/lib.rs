@@ -71,7 +71,7 @@ async fn ready(AxumState(state): AxumState<Arc<State>>) -> Response {
 }
 
 async fn metrics(AxumState(state): AxumState<Arc<State>>) -> Response {
-    let mut response = (StatusCode::OK, state.metrics.render()).into_response();
+    let mut response = (StatusCode::OK, state.metrics.render(state.inflight_now())).into_response();
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         axum::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

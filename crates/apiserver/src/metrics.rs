@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -62,7 +62,6 @@ pub struct Metrics {
     watches: Mutex<BTreeMap<String, i64>>,
     store: Mutex<BTreeMap<(String, String), Histogram>>,
     rejected: AtomicU64,
-    inflight: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -94,10 +93,6 @@ impl Metrics {
         self.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn inflight(&self, delta: i64) {
-        self.inflight.fetch_add(delta, Ordering::Relaxed);
-    }
-
     fn store_op(&self, operation: &str, kind: &str, took: Duration) {
         lock(&self.store)
             .entry((operation.to_string(), kind.to_string()))
@@ -105,8 +100,9 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
+    /// The Prometheus text exposition; `inflight` is the number of requests
+    /// being served now.
+    pub fn render(&self, inflight: usize) -> String {
         let mut out = String::new();
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource and HTTP response code.\n# TYPE apiserver_request_total counter\n");
         for ((verb, resource, code), n) in lock(&self.requests).iter() {
@@ -131,11 +127,7 @@ impl Metrics {
             );
         }
         out.push_str("# HELP apiserver_current_inflight_requests Requests being served now (watches excluded).\n# TYPE apiserver_current_inflight_requests gauge\n");
-        let _ = writeln!(
-            out,
-            "apiserver_current_inflight_requests {}",
-            self.inflight.load(Ordering::Relaxed)
-        );
+        let _ = writeln!(out, "apiserver_current_inflight_requests {}", inflight);
         out.push_str("# HELP apiserver_rejected_requests_total Requests refused with 429 because too many were in flight.\n# TYPE apiserver_rejected_requests_total counter\n");
         let _ = writeln!(
             out,
@@ -263,7 +255,8 @@ mod tests {
         metrics.request("create", "pods", 201, Duration::from_millis(3));
         metrics.request("create", "pods", 201, Duration::from_millis(30));
         let guard = metrics.watch("pods");
-        let text = metrics.render();
+        let text = metrics.render(3);
+        assert!(text.contains("apiserver_current_inflight_requests 3"));
         assert!(
             text.contains(
                 "apiserver_request_total{verb=\"create\",resource=\"pods\",code=\"201\"} 2"
@@ -279,7 +272,7 @@ mod tests {
         drop(guard);
         assert!(
             metrics
-                .render()
+                .render(0)
                 .contains("apiserver_longrunning_requests{verb=\"WATCH\",resource=\"pods\"} 0")
         );
         assert_eq!(

@@ -36,6 +36,7 @@ pub struct State {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Requests (watches excepted) served at once; more get 429.
     pub inflight: Arc<tokio::sync::Semaphore>,
+    inflight_limit: usize,
 }
 
 /// Requests served at once before 429 (upstream's max-requests-inflight
@@ -68,11 +69,18 @@ impl State {
             caches: Default::default(),
             metrics,
             inflight: Arc::new(tokio::sync::Semaphore::new(limit)),
+            inflight_limit: limit,
         })
     }
 }
 
 impl State {
+    /// Requests being served now (watches excepted).
+    pub fn inflight_now(&self) -> usize {
+        self.inflight_limit
+            .saturating_sub(self.inflight.available_permits())
+    }
+
     /// The watch cache of a resource.
     pub fn cache(&self, def: &rudder_api::ResourceDef) -> Arc<Cache> {
         let fields = rudder_api::selector::supported_fields(&def.group, &def.kind);

@@ -179,7 +179,7 @@ async fn too_many_requests_in_flight_get_429_with_retry_after() {
     assert!(
         state
             .metrics
-            .render()
+            .render(state.inflight_now())
             .contains("apiserver_rejected_requests_total 1")
     );
 }
