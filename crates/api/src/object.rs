@@ -223,12 +223,11 @@ pub fn prepare_create(
 /// Validates what every kind shares: its metadata.
 pub fn validate(def: &ResourceDef, object: &Value) -> Result<(), Status> {
     let meta = object.get("metadata").cloned().unwrap_or(Value::Null);
-    let causes = validation::object_meta(
+    let mut causes = validation::object_meta(
         &meta,
         NameRule::for_kind(&def.group, &def.kind),
         def.namespaced,
     );
-    let mut causes = causes;
     causes.extend(crate::defaults::validate(def, object));
     if causes.is_empty() {
         Ok(())

@@ -304,32 +304,20 @@ impl Cache {
         store: &Arc<dyn Store>,
         cancel: &CancellationToken,
     ) -> Result<(), rudder_store::Error> {
+        // `limit: 0` lists everything in one page.
+        let page = store
+            .list(self.prefix.as_bytes(), ListOptions::default())
+            .await?;
+        let revision = page.revision;
         let mut objects = BTreeMap::new();
-        let mut after = None;
-        let revision = loop {
-            let page = store
-                .list(
-                    self.prefix.as_bytes(),
-                    ListOptions {
-                        revision: None,
-                        limit: 0,
-                        continue_after: after.take(),
-                    },
-                )
-                .await?;
-            for kv in &page.kvs {
-                if let Ok(value) = serde_json::from_slice::<Value>(&kv.value) {
-                    objects.insert(
-                        kv.key.clone(),
-                        Cached::new(value, kv.mod_revision, self.fields),
-                    );
-                }
+        for kv in &page.kvs {
+            if let Ok(value) = serde_json::from_slice::<Value>(&kv.value) {
+                objects.insert(
+                    kv.key.clone(),
+                    Cached::new(value, kv.mod_revision, self.fields),
+                );
             }
-            if !page.more {
-                break page.revision;
-            }
-            after = page.kvs.last().map(|kv| kv.key.clone());
-        };
+        }
         let mut stream = store
             .watch(WatchRequest::prefix(
                 Bytes::from(self.prefix.clone()),

@@ -171,48 +171,54 @@ fn verb(method: &Method, path: &ResourcePath, params: &Params) -> Option<Verb> {
 /// Serves every resource URL, metered by verb, resource and code.
 pub async fn dispatch(AxumState(state): AxumState<Arc<State>>, request: Request) -> Response {
     let began = std::time::Instant::now();
-    let label = metric_label(&state, &request);
     let metrics = state.metrics.clone();
-    let response = match serve(state, request).await {
+    let (resource, params, verb) = match resolve(&state, &request) {
+        Ok(resolved) => resolved,
+        Err(error) => return error.into_response(),
+    };
+    let label = match &resource.subresource {
+        Some(sub) => format!("{}/{sub}", resource.def.plural),
+        None => resource.def.plural.clone(),
+    };
+    let response = match serve(state, request, resource, params, verb).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     };
-    if let Some((verb, resource)) = label {
-        metrics.request(
-            &verb,
-            &resource,
-            response.status().as_u16(),
-            began.elapsed(),
-        );
-    }
+    metrics.request(
+        verb.as_str(),
+        &label,
+        response.status().as_u16(),
+        began.elapsed(),
+    );
     response
 }
 
-/// The verb and resource a request is counted under.
-fn metric_label(state: &State, request: &Request) -> Option<(String, String)> {
-    let parsed = path::parse(&state.registry, request.uri().path())?.ok()?;
-    let params = Params::parse(request.uri().query());
-    let verb = verb(request.method(), &parsed, &params)?;
-    let resource = match &parsed.subresource {
-        Some(sub) => format!("{}/{sub}", parsed.def.plural),
-        None => parsed.def.plural.clone(),
-    };
-    Some((verb.as_str().to_string(), resource))
-}
-
-async fn serve(state: Arc<State>, request: Request) -> ApiResult {
-    let uri_path = request.uri().path().to_string();
-    let Some(parsed) = path::parse(&state.registry, &uri_path) else {
-        return Err(ApiError(Status::not_found_path(&uri_path)));
+/// What a request addresses and asks: the resource, the query, the verb.
+fn resolve(state: &State, request: &Request) -> Result<(ResourcePath, Params, Verb), ApiError> {
+    let uri_path = request.uri().path();
+    let Some(parsed) = path::parse(&state.registry, uri_path) else {
+        return Err(ApiError(Status::not_found_path(uri_path)));
     };
     let resource = parsed?;
     let params = Params::parse(request.uri().query());
-    let method = request.method().clone();
-    let verb = verb(&method, &resource, &params).ok_or_else(|| {
+    let method = request.method();
+    let verb = verb(method, &resource, &params).ok_or_else(|| {
         Status::method_not_allowed(format!(
             "the server does not allow this method on the requested resource ({method} {uri_path})"
         ))
     })?;
+    Ok((resource, params, verb))
+}
+
+async fn serve(
+    state: Arc<State>,
+    request: Request,
+    resource: ResourcePath,
+    params: Params,
+    verb: Verb,
+) -> ApiResult {
+    let uri_path = request.uri().path().to_string();
+    let method = request.method().clone();
     let user = request
         .extensions()
         .get::<User>()

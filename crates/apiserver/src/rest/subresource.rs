@@ -10,7 +10,9 @@ use rudder_api::Status;
 use rudder_api::object::Part;
 use serde_json::{Value, json};
 
-use super::write::{apply_patch, check_fields, object_body, parse_json, patch_part, update_with};
+use super::write::{
+    apply_patch, check_fields, object_body, parse_json, patch_part, update_object, update_with,
+};
 use super::{Context, Verb};
 use crate::response::{ApiResult, json_response};
 
@@ -111,7 +113,7 @@ async fn update_scale<F>(ctx: &Context, scale: F) -> ApiResult
 where
     F: Fn(&Value) -> Result<Value, Status>,
 {
-    let response = update_with(ctx, Part::Main, Vec::new(), |old| {
+    let object = update_object(ctx, Part::Main, |old| {
         let new_scale = scale(&scale_of(old))?;
         let replicas = match new_scale.pointer("/spec/replicas") {
             Some(Value::Number(n)) if n.as_i64().is_some_and(|r| r >= 0) => n.clone(),
@@ -126,10 +128,7 @@ where
                     )],
                 ));
             }
-            None => json!(0)
-                .as_number()
-                .cloned()
-                .unwrap_or_else(|| serde_json::Number::from(0)),
+            None => serde_json::Number::from(0),
         };
         let mut new = old.clone();
         new["spec"]["replicas"] = Value::Number(replicas);
@@ -144,9 +143,6 @@ where
         Ok(new)
     })
     .await?;
-    // Answer with the Scale of what was stored.
-    let (object, _) = ctx.current().await?;
-    let _ = response;
     Ok(json_response(StatusCode::OK, &scale_of(&object)))
 }
 
@@ -165,7 +161,7 @@ async fn bind(ctx: &Context, binding: Value) -> ApiResult {
         )
         .into());
     }
-    update_with(ctx, Part::Main, Vec::new(), |old| {
+    update_object(ctx, Part::Main, |old| {
         let current = old
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)

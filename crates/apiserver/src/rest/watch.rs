@@ -215,35 +215,19 @@ pub async fn watch(ctx: Context) -> ApiResult {
     let from = match start {
         Some(rv) => rv + 1,
         None => {
-            let mut after = None;
-            let revision = loop {
-                let page = store
-                    .list(
-                        prefix.as_bytes(),
-                        ListOptions {
-                            revision: None,
-                            limit: 0,
-                            continue_after: after.take(),
-                        },
-                    )
-                    .await
-                    .map_err(|e| store_error(e, &def, ""))?;
-                for kv in &page.kvs {
-                    let object = served(&def, decode(kv)?);
-                    if selectors.matches(&object)
-                        && name.as_deref().is_none_or(|n| {
-                            object.pointer("/metadata/name").and_then(Value::as_str) == Some(n)
-                        })
-                    {
-                        initial.push(object);
-                    }
+            // `limit: 0` lists everything in one page.
+            let page = store
+                .list(prefix.as_bytes(), ListOptions::default())
+                .await
+                .map_err(|e| store_error(e, &def, ""))?;
+            let matches = selects(&selectors, name.as_deref());
+            for kv in &page.kvs {
+                let object = served(&def, decode(kv)?);
+                if matches(&object) {
+                    initial.push(object);
                 }
-                if !page.more {
-                    break page.revision;
-                }
-                after = page.kvs.last().map(|kv| kv.key.clone());
-            };
-            revision + 1
+            }
+            page.revision + 1
         }
     };
     let mut stream = store

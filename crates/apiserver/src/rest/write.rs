@@ -2,7 +2,6 @@
 //! through one compare-and-swap loop on the store's `mod_revision`.
 
 use axum::http::StatusCode;
-use axum::response::Response;
 use bytes::Bytes;
 use rudder_api::object::{self, FieldValidation, Part, Stamp};
 use rudder_api::patch::{self, PatchType};
@@ -142,13 +141,29 @@ pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
 
 /// The outcome of one update attempt.
 enum Attempt {
-    Done(Response),
+    /// The object as written (or as it was, when nothing changed).
+    Done(Value),
     Retry,
 }
 
 /// Reads the object, computes its new form with `change`, and writes it if
 /// it changed — retrying on a concurrent write unless the request pinned a
-/// `resourceVersion`. `part` says what the request may write.
+/// `resourceVersion`. `part` says what the request may write. Returns the
+/// object as stored.
+pub async fn update_object<F>(ctx: &Context, part: Part, change: F) -> Result<Value, Status>
+where
+    F: Fn(&Value) -> Result<Value, Status>,
+{
+    for _ in 0..MAX_RETRIES {
+        match update_once(ctx, part, &change).await? {
+            Attempt::Done(object) => return Ok(object),
+            Attempt::Retry => continue,
+        }
+    }
+    Err(Status::modified(ctx.def().target(), ctx.name()))
+}
+
+/// [`update_object`], answered with the object and `warnings`.
 pub async fn update_with<F>(
     ctx: &Context,
     part: Part,
@@ -158,21 +173,14 @@ pub async fn update_with<F>(
 where
     F: Fn(&Value) -> Result<Value, Status>,
 {
-    for _ in 0..MAX_RETRIES {
-        match update_once(ctx, part, &warnings, &change).await? {
-            Attempt::Done(response) => return Ok(response),
-            Attempt::Retry => continue,
-        }
-    }
-    Err(Status::modified(ctx.def().target(), ctx.name()).into())
+    let object = update_object(ctx, part, change).await?;
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &object),
+        &warnings,
+    ))
 }
 
-async fn update_once<F>(
-    ctx: &Context,
-    part: Part,
-    warnings: &[String],
-    change: &F,
-) -> Result<Attempt, Status>
+async fn update_once<F>(ctx: &Context, part: Part, change: &F) -> Result<Attempt, Status>
 where
     F: Fn(&Value) -> Result<Value, Status>,
 {
@@ -191,16 +199,10 @@ where
     object::prepare_update(def, &mut new, &old, part)?;
     set_resource_version(&mut new, revision);
     if new == old {
-        return Ok(Attempt::Done(with_warnings(
-            json_response(StatusCode::OK, &old),
-            warnings,
-        )));
+        return Ok(Attempt::Done(old));
     }
     if ctx.params.dry_run()? {
-        return Ok(Attempt::Done(with_warnings(
-            json_response(StatusCode::OK, &new),
-            warnings,
-        )));
+        return Ok(Attempt::Done(new));
     }
     let store = &ctx.state.store;
     let key = ctx.key();
@@ -244,10 +246,7 @@ where
     match result {
         Ok(written) => {
             set_resource_version(&mut new, written);
-            Ok(Attempt::Done(with_warnings(
-                json_response(StatusCode::OK, &new),
-                warnings,
-            )))
+            Ok(Attempt::Done(new))
         }
         Err(rudder_store::Error::Conflict { .. }) if pinned.is_none() => Ok(Attempt::Retry),
         Err(e) => Err(store_error(e, def, ctx.name())),
@@ -291,14 +290,20 @@ pub fn apply_patch(ctx: &Context, old: &Value, patch_body: &Value) -> Result<Val
 
 pub async fn patch_part(ctx: &Context, body: Bytes, part: Part) -> ApiResult {
     let patch_body = parse_json(&body)?;
-    // The patch's own unknown fields, judged on the patched object.
-    let (current, _) = ctx.current().await?;
-    let patched = apply_patch(ctx, &current, &patch_body)?;
-    let warnings = check_fields(ctx, &patched)?;
-    update_with(ctx, part, warnings, |old| {
-        apply_patch(ctx, old, &patch_body)
+    // The patch's own unknown fields, judged on the object it produces.
+    let warnings = std::sync::Mutex::new(Vec::new());
+    let object = update_object(ctx, part, |old| {
+        let patched = apply_patch(ctx, old, &patch_body)?;
+        let found = check_fields(ctx, &patched)?;
+        *warnings.lock().unwrap_or_else(|e| e.into_inner()) = found;
+        Ok(patched)
     })
-    .await
+    .await?;
+    let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &object),
+        &warnings,
+    ))
 }
 
 pub async fn patch(ctx: &Context, body: Bytes) -> ApiResult {
