@@ -166,6 +166,18 @@ impl EtcdStore {
             .unwrap_or(0))
     }
 
+    /// `error` with what etcd's future-revision message leaves out: the
+    /// revision asked for and the current one.
+    async fn complete(&self, error: Error, requested: u64) -> Error {
+        match error {
+            Error::FutureRevision { .. } => match self.current_revision().await {
+                Ok(current) => Error::FutureRevision { requested, current },
+                Err(e) => e,
+            },
+            other => other,
+        }
+    }
+
     fn error(&self, error: etcd_client::Error) -> Error {
         map_error(error, self.compacted.load(Ordering::SeqCst))
     }
@@ -217,13 +229,7 @@ impl Store for EtcdStore {
                 .first()
                 .map(|kv| self.key_value(kv))
                 .ok_or(Error::NotFound),
-            Err(e) => Err(match self.error(e) {
-                Error::FutureRevision { .. } => Error::FutureRevision {
-                    requested: at.unwrap_or(0),
-                    current: self.current_revision().await?,
-                },
-                other => other,
-            }),
+            Err(e) => Err(self.complete(self.error(e), at.unwrap_or(0)).await),
         }
     }
 
@@ -248,20 +254,13 @@ impl Store for EtcdStore {
             get = get.with_revision(to_i64(r));
         }
         let start = if start.is_empty() { vec![0] } else { start };
-        let response = self
-            .kv
-            .clone()
-            .get(start, Some(get))
-            .await
-            .map_err(|e| self.error(e));
-        let response = match response {
-            Err(Error::FutureRevision { .. }) => {
-                return Err(Error::FutureRevision {
-                    requested: options.revision.unwrap_or(0),
-                    current: self.current_revision().await?,
-                });
+        let response = match self.kv.clone().get(start, Some(get)).await {
+            Ok(response) => response,
+            Err(e) => {
+                return Err(self
+                    .complete(self.error(e), options.revision.unwrap_or(0))
+                    .await);
             }
-            other => other?,
         };
         let read_at = options
             .revision
@@ -408,11 +407,7 @@ impl Store for EtcdStore {
                             compact_revision: stored.max(compacted),
                         }
                     }
-                    Error::FutureRevision { .. } => Error::FutureRevision {
-                        requested: revision,
-                        current: self.current_revision().await?,
-                    },
-                    other => other,
+                    other => self.complete(other, revision).await,
                 });
             }
         }
@@ -551,7 +546,10 @@ impl EtcdWatcher {
                 self.store
                     .compacted
                     .fetch_max(compact_revision, Ordering::SeqCst);
-                let _ = self.send(Err(Error::Compacted { compact_revision })).await;
+                let _ = self
+                    .sink
+                    .send(Err(Error::Compacted { compact_revision }))
+                    .await;
                 return Stream::Stop;
             }
             if response.canceled() {
@@ -573,14 +571,15 @@ impl EtcdWatcher {
             let delivered = match events.last() {
                 Some(last) => {
                     self.next = last.revision() + 1;
-                    self.send(Ok(WatchResponse::Events(events))).await
+                    self.sink.send(Ok(WatchResponse::Events(events))).await
                 }
                 None if response.events().is_empty() => {
                     // A progress notification: nothing up to its revision is left.
                     let at = response.header().map_or(0, |h| revision(h.revision()));
                     if at + 1 >= self.next {
                         self.next = at + 1;
-                        self.send(Ok(WatchResponse::Progress { revision: at }))
+                        self.sink
+                            .send(Ok(WatchResponse::Progress { revision: at }))
                             .await
                     } else {
                         true
@@ -617,13 +616,6 @@ impl EtcdWatcher {
                 prev,
             },
         })
-    }
-
-    async fn send(&mut self, item: Result<WatchResponse>) -> bool {
-        tokio::select! {
-            _ = self.sink.cancel.cancelled() => false,
-            sent = self.sink.tx.send(item) => sent.is_ok(),
-        }
     }
 }
 

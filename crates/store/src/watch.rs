@@ -32,6 +32,17 @@ pub(crate) struct WatchSink {
     pub cancel: CancellationToken,
 }
 
+impl WatchSink {
+    /// Delivers one item; `false` once the consumer is gone or the watch
+    /// is cancelled.
+    pub(crate) async fn send(&mut self, item: Result<WatchResponse>) -> bool {
+        tokio::select! {
+            _ = self.cancel.cancelled() => false,
+            sent = self.tx.send(item) => sent.is_ok(),
+        }
+    }
+}
+
 pub(crate) fn watch_channel() -> (WatchSink, WatchStream) {
     let (tx, rx) = mpsc::channel(WATCH_BUFFER);
     let (progress, progress_requests) = mpsc::channel(1);

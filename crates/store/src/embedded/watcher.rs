@@ -158,18 +158,11 @@ impl Watcher {
     }
 
     async fn deliver_error(&mut self, error: Error) {
-        let _ = self.send(Err(error)).await;
+        let _ = self.sink.send(Err(error)).await;
     }
 
     async fn deliver(&mut self, response: WatchResponse) -> bool {
-        self.send(Ok(response)).await
-    }
-
-    async fn send(&mut self, item: Result<WatchResponse>) -> bool {
-        tokio::select! {
-            _ = self.sink.cancel.cancelled() => false,
-            sent = self.sink.tx.send(item) => sent.is_ok(),
-        }
+        self.sink.send(Ok(response)).await
     }
 }
 
