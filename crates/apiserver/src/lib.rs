@@ -95,8 +95,9 @@ async fn authorize_paths(request: Request, next: Next) -> Response {
         return ApiError(Status::unauthorized("Unauthorized")).into_response();
     }
     let path = request.uri().path();
-    let is_resource = path::parse(&Registry::default(), path).is_some();
-    if !is_resource && let Err(status) = auth::authorize(&user, path, "get") {
+    if !path::is_resource(path)
+        && let Err(status) = auth::authorize(&user, path, "get")
+    {
         return ApiError(status).into_response();
     }
     next.run(request).await

@@ -14,18 +14,33 @@ pub struct ResourcePath {
     pub subresource: Option<String>,
 }
 
-/// Parses `path` against the registry (`None`: not a resource URL at all).
-pub fn parse(registry: &Registry, path: &str) -> Option<Result<ResourcePath, Status>> {
+/// The group, version and remaining segments of a path shaped like a
+/// resource URL (`/api/<v>/<…>`, `/apis/<g>/<v>/<…>`).
+fn split(path: &str) -> Option<(&str, &str, Vec<&str>)> {
     let segments: Vec<&str> = path
         .trim_start_matches('/')
         .trim_end_matches('/')
         .split('/')
         .collect();
-    let (group, version, rest) = match segments.as_slice() {
-        ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest),
-        ["apis", group, version, rest @ ..] if !rest.is_empty() => (*group, *version, rest),
-        _ => return None,
-    };
+    match segments.as_slice() {
+        ["api", version, rest @ ..] if !rest.is_empty() => Some(("", *version, rest.to_vec())),
+        ["apis", group, version, rest @ ..] if !rest.is_empty() => {
+            Some((*group, *version, rest.to_vec()))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `path` is shaped like a resource URL, whether or not the
+/// resource exists.
+pub fn is_resource(path: &str) -> bool {
+    split(path).is_some()
+}
+
+/// Parses `path` against the registry (`None`: not a resource URL at all).
+pub fn parse(registry: &Registry, path: &str) -> Option<Result<ResourcePath, Status>> {
+    let (group, version, rest) = split(path)?;
+    let rest = rest.as_slice();
     let not_found = || Some(Err(Status::not_found_path(path)));
     // `namespaces/<ns>/<resource>...` when <resource> is a namespaced resource.
     let (namespace, rest) = match rest {
@@ -102,6 +117,8 @@ mod tests {
         let p = parsed("/apis/apps/v1/namespaces/ns/deployments/web/scale");
         assert_eq!(p.subresource.as_deref(), Some("scale"));
         let registry = Registry::builtin();
+        assert!(is_resource("/apis/nothing.example/v1/things"));
+        assert!(!is_resource("/apis/apps/v1") && !is_resource("/api") && !is_resource("/metrics"));
         assert!(parse(&registry, "/api").is_none());
         assert!(
             parse(&registry, "/apis/apps/v1/nothings")
