@@ -18,6 +18,7 @@ pub mod openapi_pb;
 pub mod patch;
 pub mod protobuf;
 pub mod selector;
+pub mod structure;
 pub mod table;
 pub mod time;
 pub mod validation;

@@ -424,6 +424,7 @@ fn schemas<'a>(
     generator.subschema_for::<k8s_openapi::api::autoscaling::v1::Scale>();
     generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>();
     let mut definitions = generator.take_definitions(true);
+    crate::structure::annotate(&mut definitions);
     for def in resources {
         if let Some(schema) = definitions
             .get_mut(&def.schema_name)
@@ -472,6 +473,14 @@ pub fn v3_group_version(registry: &Registry, group: &str, version: &str) -> Opti
         "paths": paths,
         "components": {"schemas": schemas(resources.iter(), Flavor::V3)},
     }))
+}
+
+/// The schemas of every built-in type (the `/openapi/v2` definitions of
+/// the built-in registry), computed once: the source of the protobuf and
+/// merge tables.
+pub fn builtin_definitions() -> &'static Map<String, Value> {
+    static DEFINITIONS: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    DEFINITIONS.get_or_init(|| schemas(Registry::builtin().all().iter(), Flavor::V2))
 }
 
 /// The `/openapi/v2` document: every served resource.

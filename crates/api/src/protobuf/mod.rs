@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use serde_json::{Map, Value, json};
 
 use crate::Registry;
+use crate::structure::normalize;
 
 const SCHEMA: &str = include_str!("schema.txt");
 /// The four bytes every Kubernetes protobuf body starts with.
@@ -56,13 +57,6 @@ fn scalar(kind: &str, rest: &mut std::str::Split<'_, char>) -> Option<Kind> {
         "m" => Kind::Message(rest.next()?.to_string()),
         _ => return None,
     })
-}
-
-fn normalize(name: &str) -> String {
-    name.chars()
-        .filter(|c| *c != '_')
-        .flat_map(char::to_lowercase)
-        .collect()
 }
 
 fn camel(name: &str) -> String {
@@ -154,15 +148,7 @@ impl Schema {
     /// The schema of every served type, built on first use.
     pub fn get() -> &'static Schema {
         static SCHEMA: OnceLock<Schema> = OnceLock::new();
-        SCHEMA.get_or_init(|| {
-            let doc = crate::openapi::v2(&Registry::builtin());
-            let definitions = doc
-                .get("definitions")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
-            Schema::load(&definitions)
-        })
+        SCHEMA.get_or_init(|| Schema::load(crate::openapi::builtin_definitions()))
     }
 
     pub fn knows(&self, message: &str) -> bool {

@@ -35,7 +35,10 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
         }
         ("scale", Verb::Patch) => {
             let patch = parse_json(&body)?;
-            update_scale(ctx, |current| apply_patch(ctx, current, &patch)).await
+            update_scale(ctx, |current| {
+                apply_patch(ctx, "io.k8s.api.autoscaling.v1.Scale", current, &patch)
+            })
+            .await
         }
         ("binding", Verb::Create) => bind(ctx, object_body(ctx, &body)?).await,
         ("eviction", Verb::Create) => evict(ctx, object_body(ctx, &body)?).await,

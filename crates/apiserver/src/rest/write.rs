@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use rudder_api::object::{self, FieldValidation, Part, Stamp};
 use rudder_api::patch::{self, PatchType};
+use rudder_api::structure::{Shape, Types};
 use rudder_api::{ResourceDef, Status};
 use serde_json::{Value, json};
 
@@ -269,8 +270,15 @@ pub async fn update(ctx: &Context, body: Bytes) -> ApiResult {
     update_with(ctx, Part::Main, warnings, |_| Ok(object.clone())).await
 }
 
-/// The object a patch of `old` produces.
-pub fn apply_patch(ctx: &Context, old: &Value, patch_body: &Value) -> Result<Value, Status> {
+/// The object a patch of `old` produces; `schema` names the OpenAPI
+/// definition of `old` (the kind's, or `Scale`'s), whose merge metadata a
+/// strategic merge patch follows.
+pub fn apply_patch(
+    ctx: &Context,
+    schema: &str,
+    old: &Value,
+    patch_body: &Value,
+) -> Result<Value, Status> {
     let media = content_type(&ctx.headers);
     let mut base = old.clone();
     if let Some(meta) = base.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -279,11 +287,21 @@ pub fn apply_patch(ctx: &Context, old: &Value, patch_body: &Value) -> Result<Val
     match PatchType::from_content_type(&media) {
         Some(PatchType::Json) => patch::json_patch(&base, patch_body),
         Some(PatchType::Merge) => patch::merge_patch(&base, patch_body),
-        Some(PatchType::StrategicMerge | PatchType::Apply) => {
-            Err(Status::unsupported_media_type(&format!(
-                "{media} (strategic merge patch and server-side apply are not served yet; use --type=merge or --type=json)"
-            )))
+        Some(PatchType::StrategicMerge) => {
+            let types = Types::builtin();
+            let root = types.root(schema);
+            if matches!(root, Shape::Untyped) {
+                // As upstream: custom resources carry no merge metadata.
+                return Err(Status::unsupported_media_type(&format!(
+                    "{media}: strategic merge patch is not supported for {}; use --type=merge or --type=json",
+                    ctx.def().kind
+                )));
+            }
+            patch::strategic::apply(types, &root, &base, patch_body)
         }
+        Some(PatchType::Apply) => Err(Status::unsupported_media_type(&format!(
+            "{media} (server-side apply is not served yet; use --type=merge or --type=json)"
+        ))),
         None => Err(Status::unsupported_media_type(&media)),
     }
 }
@@ -293,7 +311,7 @@ pub async fn patch_part(ctx: &Context, body: Bytes, part: Part) -> ApiResult {
     // The patch's own unknown fields, judged on the object it produces.
     let warnings = std::sync::Mutex::new(Vec::new());
     let object = update_object(ctx, part, |old| {
-        let patched = apply_patch(ctx, old, &patch_body)?;
+        let patched = apply_patch(ctx, &ctx.def().schema_name, old, &patch_body)?;
         let found = check_fields(ctx, &patched)?;
         *warnings.lock().unwrap_or_else(|e| e.into_inner()) = found;
         Ok(patched)

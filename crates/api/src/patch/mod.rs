@@ -1,9 +1,11 @@
-//! Patches: JSON patch (RFC 6902) and JSON merge patch (RFC 7386). Strategic
-//! merge patch and server-side apply build on these with the next issue.
+//! Patches: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and
+//! Kubernetes' strategic merge patch ([`strategic`]).
 
 use serde_json::Value;
 
 use crate::Status;
+
+pub mod strategic;
 
 /// The patch formats the API server accepts, by request `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
