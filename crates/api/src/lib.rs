@@ -11,6 +11,7 @@ pub use status::{Cause, Status};
 pub mod conversion;
 pub mod defaults;
 pub mod json;
+pub mod managed;
 pub mod network;
 pub mod object;
 pub mod openapi;

@@ -84,6 +84,10 @@ pub fn annotate(definitions: &mut Map<String, Value>) {
                         "mapType" | "structType" => {
                             target.insert("x-kubernetes-map-type".into(), json!(value))
                         }
+                        "default" => match serde_json::from_str::<Value>(&value) {
+                            Ok(v) => target.insert("default".into(), v),
+                            Err(_) => None,
+                        },
                         _ => None,
                     };
                 }
@@ -160,6 +164,9 @@ pub struct Field {
     pub patch_replace: bool,
     /// `x-kubernetes-patch-merge-key`.
     pub merge_key: Option<String>,
+    /// The field's `default`, which stands in for a missing key field of
+    /// an associative list item.
+    pub default: Option<Value>,
 }
 
 /// A member of an object as [`Types::member`] finds it.
@@ -206,6 +213,7 @@ static UNTYPED: Field = Field {
     retain_keys: false,
     patch_replace: false,
     merge_key: None,
+    default: None,
 };
 
 impl Types {
@@ -310,6 +318,7 @@ impl Types {
                         .get("x-kubernetes-patch-merge-key")
                         .and_then(Value::as_str)
                         .map(str::to_string),
+                    default: property.get("default").cloned(),
                 };
                 out.fields.insert(name.clone(), field);
             }

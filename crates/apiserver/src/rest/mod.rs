@@ -2,6 +2,7 @@
 //! by method and shape, every kind served by the same code through its
 //! registry entry (ARCHITECTURE.md §4).
 
+mod apply;
 mod objects;
 mod read;
 mod subresource;

@@ -9,12 +9,12 @@ use rudder_api::structure::{Shape, Types};
 use rudder_api::{ResourceDef, Status};
 use serde_json::{Value, json};
 
-use super::Context;
 use super::objects::{
     decode, name_suffix, now, now_seconds, resource_version, served, set_resource_version, stored,
     uid,
 };
 use super::read::{Selectors, list_objects};
+use super::{Context, apply};
 use crate::negotiate::content_type;
 use crate::response::{ApiResult, json_response, store_error, with_warnings};
 use crate::services;
@@ -99,6 +99,12 @@ pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
     let (mut object, duplicates) = object_body_checked(ctx, &body)?;
     object::check_type(ctx.def(), &mut object)?;
     let warnings = check_fields_with(ctx, &object, &duplicates)?;
+    create_object(ctx, object, warnings).await
+}
+
+/// Creates `object` (a request's, or what an apply made of nothing),
+/// answering 201 with `warnings`.
+pub async fn create_object(ctx: &Context, mut object: Value, warnings: Vec<String>) -> ApiResult {
     ctx.check_namespace(true).await?;
     let (now, uid, suffix) = (now(), uid(), name_suffix());
     object::prepare_create(
@@ -111,6 +117,9 @@ pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
             suffix: &suffix,
         },
     )?;
+    if !apply::is_apply(ctx) {
+        apply::record_update(ctx, Part::Main, None, &mut object)?;
+    }
     let name = name_of(&object);
     if !ctx.params.dry_run()? {
         let allocation = if is_service(ctx.def()) {
@@ -198,6 +207,9 @@ where
         services::keep_on_update(def, &mut new, &old)?;
     }
     object::prepare_update(def, &mut new, &old, part)?;
+    if !apply::is_apply(ctx) {
+        apply::record_update(ctx, part, Some(&old), &mut new)?;
+    }
     set_resource_version(&mut new, revision);
     if new == old {
         return Ok(Attempt::Done(old));
@@ -299,14 +311,18 @@ pub fn apply_patch(
             }
             patch::strategic::apply(types, &root, &base, patch_body)
         }
-        Some(PatchType::Apply) => Err(Status::unsupported_media_type(&format!(
-            "{media} (server-side apply is not served yet; use --type=merge or --type=json)"
-        ))),
+        Some(PatchType::Apply) => Err(Status::bad_request(
+            "an apply patch is served by server-side apply, not merged as a patch",
+        )),
         None => Err(Status::unsupported_media_type(&media)),
     }
 }
 
 pub async fn patch_part(ctx: &Context, body: Bytes, part: Part) -> ApiResult {
+    if apply::is_apply(ctx) {
+        return apply::serve(ctx, body, part).await;
+    }
+    apply::check_patch_options(ctx)?;
     let patch_body = parse_json(&body)?;
     // The patch's own unknown fields, judged on the object it produces.
     let warnings = std::sync::Mutex::new(Vec::new());
