@@ -4,7 +4,6 @@
 //! manager is, which part of the object the endpoint writes, and apply's
 //! create-or-update with upstream's client-side-apply hand-over.
 
-use axum::http::StatusCode;
 use bytes::Bytes;
 use rudder_api::Status;
 use rudder_api::managed::{self, Ignore, LAST_APPLIED, Scope};
@@ -15,8 +14,8 @@ use serde_json::{Value, json};
 
 use super::Context;
 use super::objects::now;
-use super::write::{check_fields, create_object, update_object};
-use crate::response::{ApiResult, json_response, with_warnings};
+use super::write::{check_fields, create_object, update_checked};
+use crate::response::ApiResult;
 
 /// The longest field manager name upstream accepts.
 const MAX_MANAGER: usize = 128;
@@ -279,17 +278,8 @@ pub async fn serve(ctx: &Context, body: Bytes, part: Part) -> ApiResult {
         let warnings = check_fields(ctx, &object)?;
         return create_object(ctx, object, warnings).await;
     }
-    let warnings = std::sync::Mutex::new(Vec::new());
-    let object = update_object(ctx, part, |old| {
-        let applied = apply_to(&scope, Some(old), &config, &manager, force)?;
-        let found = check_fields(ctx, &applied)?;
-        *warnings.lock().unwrap_or_else(|e| e.into_inner()) = found;
-        Ok(applied)
+    update_checked(ctx, part, |old| {
+        apply_to(&scope, Some(old), &config, &manager, force)
     })
-    .await?;
-    let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
-    Ok(with_warnings(
-        json_response(StatusCode::OK, &object),
-        &warnings,
-    ))
+    .await
 }

@@ -324,13 +324,25 @@ pub async fn patch_part(ctx: &Context, body: Bytes, part: Part) -> ApiResult {
     }
     apply::check_patch_options(ctx)?;
     let patch_body = parse_json(&body)?;
-    // The patch's own unknown fields, judged on the object it produces.
+    update_checked(ctx, part, |old| {
+        apply_patch(ctx, &ctx.def().schema_name, old, &patch_body)
+    })
+    .await
+}
+
+/// [`update_object`] for a change that is not a whole object (a patch, an
+/// apply): the unknown fields it brings are judged on the object it
+/// produces, as `fieldValidation` says.
+pub async fn update_checked<F>(ctx: &Context, part: Part, change: F) -> ApiResult
+where
+    F: Fn(&Value) -> Result<Value, Status>,
+{
     let warnings = std::sync::Mutex::new(Vec::new());
     let object = update_object(ctx, part, |old| {
-        let patched = apply_patch(ctx, &ctx.def().schema_name, old, &patch_body)?;
-        let found = check_fields(ctx, &patched)?;
+        let changed = change(old)?;
+        let found = check_fields(ctx, &changed)?;
         *warnings.lock().unwrap_or_else(|e| e.into_inner()) = found;
-        Ok(patched)
+        Ok(changed)
     })
     .await?;
     let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
