@@ -3,115 +3,9 @@
 //! OpenAPI v2 for 1.27/1.28, protobuf bodies from 1.32's typed clients,
 //! aggregated discovery, Tables, chunked lists, watches).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-const KUBECTL_DIR: &str = "/usr/lib/google-cloud-sdk/bin";
-
-struct Server {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start() -> Server {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = rudder_apiserver::testing::free_port().expect("a free port");
-    let binary = Path::new(env!("CARGO_BIN_EXE_rudder"));
-    let child = rudder_apiserver::testing::spawn_server(binary, dir.path(), port)
-        .expect("start rudder server");
-    Server { child, dir }
-}
-
-fn versions() -> Vec<(String, PathBuf)> {
-    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(KUBECTL_DIR)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter_map(|e| {
-                    let name = e.file_name().into_string().ok()?;
-                    let version = name.strip_prefix("kubectl.")?.to_string();
-                    Some((version, e.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    found.sort();
-    found
-}
-
-struct Kubectl<'a> {
-    binary: &'a Path,
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-    namespace: String,
-}
-
-impl Kubectl<'_> {
-    fn run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
-        let mut command = Command::new(self.binary);
-        command
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .arg(format!("--cache-dir={}", self.cache.display()))
-            .arg("--request-timeout=20s")
-            .arg(format!("--namespace={}", self.namespace))
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("run kubectl");
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(input.as_bytes())
-                .expect("write stdin");
-        }
-        let output = child.wait_with_output().expect("kubectl output");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        (output.status.success(), text)
-    }
-
-    fn expect(
-        &self,
-        failures: &mut Vec<String>,
-        what: &str,
-        args: &[&str],
-        stdin: Option<&str>,
-        wanted: &str,
-    ) {
-        let (ok, out) = self.run(args, stdin);
-        if !ok || !out.contains(wanted) {
-            failures.push(format!("{what}: wanted {wanted:?}, got ({ok}) {out}"));
-        }
-    }
-
-    fn refuse(&self, failures: &mut Vec<String>, what: &str, args: &[&str], wanted: &str) {
-        let (ok, out) = self.run(args, None);
-        if ok || !out.contains(wanted) {
-            failures.push(format!(
-                "{what}: wanted a failure with {wanted:?}, got ({ok}) {out}"
-            ));
-        }
-    }
-}
+use common::{KUBECTL_DIR, Kubectl, start, versions};
 
 const DEPLOYMENT: &str = "apiVersion: apps/v1
 kind: Deployment
@@ -134,8 +28,7 @@ fn every_installed_kubectl_works() {
         return;
     }
     let server = start();
-    let kubeconfig = server.dir.path().join("kubeconfig.yaml");
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let kubeconfig = server.kubeconfig();
     let mut failures = Vec::new();
     for (version, binary) in &versions {
         let cache = tempfile::tempdir().expect("cache dir");
@@ -145,14 +38,7 @@ fn every_installed_kubectl_works() {
             cache: cache.path().to_path_buf(),
             namespace: format!("v{}", version.replace('.', "-")),
         };
-        while !matches!(k.run(&["get", "--raw", "/readyz"], None), (true, ref out) if out.trim() == "ok")
-        {
-            assert!(
-                Instant::now() < deadline,
-                "rudder server did not become ready"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        server.wait_ready(&k);
         let mut f = Vec::new();
         let ns = k.namespace.clone();
         k.expect(

@@ -1,0 +1,144 @@
+//! What the kubectl tests share: a `rudder server` of their own, the
+//! installed kubectl versions, and a runner that collects failures.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const KUBECTL_DIR: &str = "/usr/lib/google-cloud-sdk/bin";
+
+pub struct Server {
+    child: Child,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start() -> Server {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = rudder_apiserver::testing::free_port().expect("a free port");
+    let binary = Path::new(env!("CARGO_BIN_EXE_rudder"));
+    let child = rudder_apiserver::testing::spawn_server(binary, dir.path(), port)
+        .expect("start rudder server");
+    Server { child, dir }
+}
+
+pub fn versions() -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(KUBECTL_DIR)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let version = name.strip_prefix("kubectl.")?.to_string();
+                    Some((version, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
+}
+
+pub struct Kubectl<'a> {
+    pub binary: &'a Path,
+    pub kubeconfig: PathBuf,
+    pub cache: PathBuf,
+    pub namespace: String,
+}
+
+impl Kubectl<'_> {
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+        self.run_with(args, stdin, &[])
+    }
+
+    /// Runs kubectl with extra environment variables (`EDITOR`, …).
+    pub fn run_with(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> (bool, String) {
+        let mut command = Command::new(self.binary);
+        command.envs(env.iter().copied());
+        command
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg(format!("--cache-dir={}", self.cache.display()))
+            .arg("--request-timeout=20s")
+            .arg(format!("--namespace={}", self.namespace))
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("run kubectl");
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(input.as_bytes())
+                .expect("write stdin");
+        }
+        let output = child.wait_with_output().expect("kubectl output");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.success(), text)
+    }
+
+    pub fn expect(
+        &self,
+        failures: &mut Vec<String>,
+        what: &str,
+        args: &[&str],
+        stdin: Option<&str>,
+        wanted: &str,
+    ) {
+        let (ok, out) = self.run(args, stdin);
+        if !ok || !out.contains(wanted) {
+            failures.push(format!("{what}: wanted {wanted:?}, got ({ok}) {out}"));
+        }
+    }
+
+    pub fn refuse(&self, failures: &mut Vec<String>, what: &str, args: &[&str], wanted: &str) {
+        let (ok, out) = self.run(args, None);
+        if ok || !out.contains(wanted) {
+            failures.push(format!(
+                "{what}: wanted a failure with {wanted:?}, got ({ok}) {out}"
+            ));
+        }
+    }
+}
+
+/// A server, and a kubectl of `version` bound to `namespace` once the
+/// server answers.
+impl Server {
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig.yaml")
+    }
+
+    pub fn wait_ready(&self, k: &Kubectl<'_>) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !matches!(k.run(&["get", "--raw", "/readyz"], None), (true, ref out) if out.trim() == "ok")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "rudder server did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
