@@ -132,6 +132,75 @@ def deployments_scale_and_validation():
 
 
 @case
+def strategic_merge_patch_merges_containers_by_name():
+    patch = {"spec": {"template": {"spec": {"containers": [
+        {"name": "side", "image": "registry.local/side:1"},
+        {"name": "main", "env": [{"name": "MODE", "value": "x"}]}]}}}}
+    out = apps.patch_namespaced_deployment("web", NS, patch,
+                                           _content_type="application/strategic-merge-patch+json")
+    containers = {c.name: c for c in out.spec.template.spec.containers}
+    assert set(containers) == {"main", "side"}, containers
+    assert containers["main"].image == "registry.local/web:1"
+    assert containers["main"].env[0].name == "MODE"
+
+
+@case
+def create_from_yaml_with_apply():
+    import tempfile
+    from kubernetes import utils
+    manifest = f"""
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: applied, namespace: {NS}}}
+data: {{a: "1", b: "2"}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: applied, namespace: {NS}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: applied}}}}
+  template:
+    metadata: {{labels: {{app: applied}}}}
+    spec: {{containers: [{{name: main, image: registry.local/applied:1}}]}}
+"""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(manifest)
+    api = client.ApiClient()
+    utils.create_from_yaml(api, f.name, namespace=NS, apply=True)
+    # Applying again, with one key dropped, is an update that removes it.
+    with open(f.name, "w") as out:
+        out.write(manifest.replace(', b: "2"', ""))
+    utils.create_from_yaml(api, f.name, namespace=NS, apply=True)
+    cm = v1.read_namespaced_config_map("applied", NS)
+    assert cm.data == {"a": "1"}, cm.data
+    managers = [(m.manager, m.operation) for m in cm.metadata.managed_fields]
+    assert ("python-client", "Apply") in managers, managers
+    assert apps.read_namespaced_deployment("applied", NS).spec.replicas == 2
+
+
+@case
+def dynamic_client_server_side_apply_with_conflicts():
+    from kubernetes.dynamic import DynamicClient
+    dyn = DynamicClient(client.ApiClient())
+    cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "namespace": NS},
+            "data": {"owner": "first"}}
+    cms.server_side_apply(body=body, field_manager="first")
+    try:
+        cms.server_side_apply(body={**body, "data": {"owner": "second"}}, field_manager="second")
+    except ApiException as e:
+        assert e.status == 409 and "conflict" in e.body and "first" in e.body, e.body
+    else:
+        raise AssertionError("a conflicting apply was accepted")
+    out = cms.server_side_apply(body={**body, "data": {"owner": "second"}}, field_manager="second",
+                                force_conflicts=True)
+    assert out.data.owner == "second"
+    managers = {m.manager for m in v1.read_namespaced_config_map("ssa", NS).metadata.managed_fields}
+    assert managers == {"second"}, managers
+
+
+@case
 def delete():
     v1.delete_namespaced_config_map("one", NS)
     try:
