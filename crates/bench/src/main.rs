@@ -3,6 +3,7 @@
 //! rewrites the scenario's section of docs/benchmarks.md.
 
 mod api;
+mod apply;
 mod report;
 mod store;
 
@@ -23,6 +24,10 @@ enum Scenario {
     /// The API server: Pod creates, GET latency, large LISTs, watch
     /// fan-out, idle memory and start-up, over HTTPS with kube-rs.
     Api(Options),
+    /// Strategic merge patch and server-side apply: server-side cost per
+    /// object, the same requests over HTTPS, and `kubectl apply` of 1,000
+    /// objects.
+    Apply(Options),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -46,6 +51,7 @@ fn main() -> anyhow::Result<()> {
     let (report, options) = match cli.scenario {
         Scenario::Store(options) => (runtime.block_on(store::run(&options))?, options),
         Scenario::Api(options) => (runtime.block_on(api::run(&options))?, options),
+        Scenario::Apply(options) => (runtime.block_on(apply::run(&options))?, options),
     };
     if !options.quick {
         report.update_doc(&options.doc)?;

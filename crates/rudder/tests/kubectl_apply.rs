@@ -266,7 +266,12 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
         for (what, path, word, expected) in [
             ("apply creates every kind", &all_a, "created", objects),
             ("apply again: unchanged", &all_a, "unchanged", objects - 1),
-            ("apply a label change: every kind configured", &all_b, "configured", objects),
+            (
+                "apply a label change: every kind configured",
+                &all_b,
+                "configured",
+                objects,
+            ),
         ] {
             let (ok, out) = k.run(&["apply", "-f", path], None);
             let count = out.lines().filter(|l| l.ends_with(word)).count();
@@ -274,7 +279,9 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
                 f.push(format!("{what}: {count} of {objects} {word}: {out}"));
             }
             if word == "unchanged" && !out.contains("poddisruptionbudget.policy/pdb configured") {
-                f.push(format!("{what}: the budget is configured, as upstream: {out}"));
+                f.push(format!(
+                    "{what}: the budget is configured, as upstream: {out}"
+                ));
             }
         }
         k.expect(
@@ -288,7 +295,13 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
         // The three-way patch: a container that left the file goes.
         let web1 = file("web1", &web("registry.local/web:1", true, false));
         let web2 = file("web2", &web("registry.local/web:2", false, true));
-        k.expect(&mut f, "apply web", &["apply", "-f", &web1], None, "created");
+        k.expect(
+            &mut f,
+            "apply web",
+            &["apply", "-f", &web1],
+            None,
+            "created",
+        );
         k.expect(
             &mut f,
             "apply web: container removed, env added",
@@ -334,7 +347,10 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
         let (ok, out) = k.run_with(
             &["edit", "deploy", "web"],
             None,
-            &[("EDITOR", "sed -i -e s#registry.local/web:2#registry.local/web:edited#")],
+            &[(
+                "EDITOR",
+                "sed -i -e s#registry.local/web:2#registry.local/web:edited#",
+            )],
         );
         if !ok || !out.contains("deployment.apps/web edited") {
             f.push(format!("edit: ({ok}) {out}"));
@@ -390,7 +406,13 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
             "prune-one",
             PRUNABLE.split("---").next().unwrap_or_default(),
         );
-        k.expect(&mut f, "apply two", &["apply", "-f", &both], None, "configmap/p2 created");
+        k.expect(
+            &mut f,
+            "apply two",
+            &["apply", "-f", &both],
+            None,
+            "configmap/p2 created",
+        );
         k.expect(
             &mut f,
             "apply --prune",
@@ -398,7 +420,12 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
             None,
             "configmap/p2 pruned",
         );
-        k.refuse(&mut f, "pruned object is gone", &["get", "cm", "p2"], "NotFound");
+        k.refuse(
+            &mut f,
+            "pruned object is gone",
+            &["get", "cm", "p2"],
+            "NotFound",
+        );
 
         // Server-side apply: conflicts, forcing, managed fields.
         let ssa2 = file("ssa2", &ssa_deployment("ssa", 2));
@@ -412,7 +439,14 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
         k.expect(
             &mut f,
             "another manager changes replicas",
-            &["patch", "deploy", "ssa", "--type=merge", "-p", r#"{"spec":{"replicas":4}}"#],
+            &[
+                "patch",
+                "deploy",
+                "ssa",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"replicas":4}}"#,
+            ],
             None,
             "patched",
         );
@@ -453,7 +487,13 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
 
         // From client-side to server-side apply without conflicts.
         let csa = file("csa", &ssa_deployment("csa", 2));
-        k.expect(&mut f, "client-side apply", &["apply", "-f", &csa], None, "created");
+        k.expect(
+            &mut f,
+            "client-side apply",
+            &["apply", "-f", &csa],
+            None,
+            "created",
+        );
         let csa3 = file("csa3", &ssa_deployment("csa", 3));
         k.expect(
             &mut f,

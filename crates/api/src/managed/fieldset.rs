@@ -74,6 +74,18 @@ impl FieldSet {
         !self.member && self.children.values().all(FieldSet::is_empty)
     }
 
+    /// True when this node holds nothing itself and has no children: in a
+    /// set whose empty nodes are pruned (all sets built here), the cheap
+    /// form of [`FieldSet::is_empty`].
+    pub fn is_blank(&self) -> bool {
+        !self.member && self.children.is_empty()
+    }
+
+    /// Puts `child` (not blank) under `element`, replacing what was there.
+    pub fn insert_child(&mut self, element: String, child: FieldSet) {
+        self.children.insert(element, child);
+    }
+
     /// The child node of one path element, created if absent.
     pub fn child_mut(&mut self, element: String) -> &mut FieldSet {
         self.children.entry(element).or_default()
@@ -105,21 +117,23 @@ impl FieldSet {
         Some(node)
     }
 
-    /// Removes `path` and everything below it.
+    /// Removes `path` and everything below it, and the nodes above it
+    /// left with nothing.
     pub fn remove_tree<S: AsRef<str>>(&mut self, path: &[S]) {
-        let Some((last, parents)) = path.split_last() else {
+        let Some((first, rest)) = path.split_first() else {
             *self = FieldSet::new();
             return;
         };
-        let mut node = &mut *self;
-        for element in parents {
-            match node.children.get_mut(element.as_ref()) {
-                Some(child) => node = child,
-                None => return,
+        if rest.is_empty() {
+            self.children.remove(first.as_ref());
+            return;
+        }
+        if let Some(child) = self.children.get_mut(first.as_ref()) {
+            child.remove_tree(rest);
+            if child.is_blank() {
+                self.children.remove(first.as_ref());
             }
         }
-        node.children.remove(last.as_ref());
-        self.prune();
     }
 
     pub fn union(&mut self, other: &FieldSet) {
@@ -162,14 +176,6 @@ impl FieldSet {
             }
         }
         out
-    }
-
-    /// Drops nodes with no members at or below them.
-    fn prune(&mut self) {
-        for child in self.children.values_mut() {
-            child.prune();
-        }
-        self.children.retain(|_, c| !c.is_empty());
     }
 
     /// Every member path, in order.

@@ -234,16 +234,12 @@ impl Scope<'_> {
         }
     }
 
+    /// What `new` changed of `old` in the fields managers own (managed
+    /// fields themselves included in none).
     fn compare(&self, old: Option<&Value>, new: &Value) -> Comparison {
-        let mut out = Comparison::default();
         let empty = json!({});
-        Walker::new(self.types).compare(
-            &self.root,
-            Some(old.unwrap_or(&empty)),
-            Some(new),
-            &mut Vec::new(),
-            &mut out,
-        );
+        let mut out =
+            Walker::new(self.types).compare(&self.root, Some(old.unwrap_or(&empty)), Some(new));
         self.strip(&mut out.added);
         self.strip(&mut out.modified);
         self.strip(&mut out.removed);
@@ -275,9 +271,7 @@ fn base_entries(old: Option<&Value>, new: &Value) -> Vec<Entry> {
 /// who owned it, and no one owns what it removed.
 pub fn update(scope: &Scope<'_>, old: Option<&Value>, new: &mut Value, manager: &str) {
     let mut entries = base_entries(old, new);
-    let old_clean = old.map(without_managed_fields);
-    let new_clean = without_managed_fields(new);
-    let cmp = scope.compare(old_clean.as_ref(), &new_clean);
+    let cmp = scope.compare(old, new);
     let mut changed = cmp.added.clone();
     changed.union(&cmp.modified);
     for entry in entries.iter_mut() {

@@ -142,31 +142,26 @@ impl<'t> Walker<'t> {
             .collect()
     }
 
-    /// Compares `old` and `new`, recording at `path` what `new` added,
-    /// changed and removed: leaves, and the list items and map keys that
-    /// came or went. A declared struct field holding an object is not
-    /// recorded itself (upstream compares with Go's zero objects, where
-    /// such fields are always present), only what it holds.
-    pub fn compare(
-        &self,
-        shape: &Shape,
-        old: Option<&Value>,
-        new: Option<&Value>,
-        path: &mut Vec<String>,
-        out: &mut Comparison,
-    ) {
-        self.compare_at(shape, old, new, false, path, out);
+    /// Compares `old` and `new`: what `new` added, changed and removed —
+    /// leaves, and the list items and map keys that came or went. A
+    /// declared struct field holding an object is not recorded itself
+    /// (upstream compares with Go's zero objects, where such fields are
+    /// always present), only what it holds.
+    pub fn compare(&self, shape: &Shape, old: Option<&Value>, new: Option<&Value>) -> Comparison {
+        self.compare_at(shape, old, new, false, true)
     }
 
+    /// The comparison of the subtree at one path, built bottom-up: each
+    /// set's node for this path.
     fn compare_at(
         &self,
         shape: &Shape,
         old: Option<&Value>,
         new: Option<&Value>,
         named_field: bool,
-        path: &mut Vec<String>,
-        out: &mut Comparison,
-    ) {
+        root: bool,
+    ) -> Comparison {
+        let mut out = Comparison::default();
         let probe = new.or(old).unwrap_or(&Value::Null);
         let node = self.node(shape, probe);
         let same_kind = match (old, new) {
@@ -179,16 +174,18 @@ impl<'t> Walker<'t> {
                 let o = old.and_then(Value::as_object).unwrap_or(&empty);
                 let n = new.and_then(Value::as_object).unwrap_or(&empty);
                 for key in o.keys().chain(n.keys().filter(|k| !o.contains_key(*k))) {
-                    path.push(format!("f:{key}"));
-                    self.compare_at(
+                    let (a, b) = (o.get(key), n.get(key));
+                    if a.is_some() && a == b {
+                        continue;
+                    }
+                    let child = self.compare_at(
                         self.member(&node, key),
-                        o.get(key),
-                        n.get(key),
+                        a,
+                        b,
                         self.is_declared(&node, key),
-                        path,
-                        out,
+                        false,
                     );
-                    path.pop();
+                    out.adopt(format!("f:{key}"), child);
                 }
             }
             (Node::List(list), true) => {
@@ -204,36 +201,36 @@ impl<'t> Walker<'t> {
                     if !seen.insert(key.as_str()) {
                         continue;
                     }
-                    path.push(key.clone());
-                    self.compare_at(
-                        &list.items,
+                    let (a, b) = (
                         old_items.get(key.as_str()).copied(),
                         new_items.get(key.as_str()).copied(),
-                        false,
-                        path,
-                        out,
                     );
-                    path.pop();
+                    if a.is_some() && a == b {
+                        continue;
+                    }
+                    let child = self.compare_at(&list.items, a, b, false, false);
+                    out.adopt(key.clone(), child);
                 }
             }
             _ => {
                 match (old, new) {
-                    (None, Some(_)) => out.added.insert(path),
-                    (Some(_), None) => out.removed.insert(path),
-                    (Some(a), Some(b)) if a != b => out.modified.insert(path),
+                    (None, Some(_)) => out.added.set_member(),
+                    (Some(_), None) => out.removed.set_member(),
+                    (Some(a), Some(b)) if a != b => out.modified.set_member(),
                     _ => {}
                 }
-                return;
+                return out;
             }
         }
         let struct_field = named_field && matches!(node, Node::Struct(_));
-        if !path.is_empty() && !struct_field {
+        if !root && !struct_field {
             match (old, new) {
-                (None, Some(_)) => out.added.insert(path),
-                (Some(_), None) => out.removed.insert(path),
+                (None, Some(_)) => out.added.set_member(),
+                (Some(_), None) => out.removed.set_member(),
                 _ => {}
             }
         }
+        out
     }
 
     /// `config` merged into `live` (upstream's `Merge`): the configuration's
@@ -368,4 +365,19 @@ pub struct Comparison {
     pub added: FieldSet,
     pub modified: FieldSet,
     pub removed: FieldSet,
+}
+
+impl Comparison {
+    /// Takes the comparison of a child path in under `element`.
+    fn adopt(&mut self, element: String, child: Comparison) {
+        for (set, part) in [
+            (&mut self.added, child.added),
+            (&mut self.modified, child.modified),
+            (&mut self.removed, child.removed),
+        ] {
+            if !part.is_blank() {
+                set.insert_child(element.clone(), part);
+            }
+        }
+    }
 }
