@@ -1,6 +1,8 @@
 //! The built-in resources, as upstream 1.33 serves them: short names,
 //! categories, verbs and subresources as its discovery documents list them.
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::{
     admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery,
     events, networking, node, policy, rbac, scheduling, storage,
@@ -22,10 +24,10 @@ const fn sub(
     verbs: &'static [&'static str],
 ) -> Subresource {
     Subresource {
-        name,
-        group,
-        version,
-        kind,
+        name: Cow::Borrowed(name),
+        group: Cow::Borrowed(group),
+        version: Cow::Borrowed(version),
+        kind: Cow::Borrowed(kind),
         verbs,
     }
 }

@@ -10,6 +10,13 @@ use crate::{Cause, validation};
 
 /// Fills in what upstream defaults for the kind.
 pub fn apply(def: &ResourceDef, object: &mut Value) {
+    if let Some(custom) = &def.custom {
+        // A custom resource: its schema prunes what it does not know (after
+        // fieldValidation has had its say) and fills in its defaults.
+        crate::crd::schema::prune(object, &custom.schema);
+        crate::crd::schema::default(object, &custom.schema);
+        return;
+    }
     match (def.group.as_str(), def.kind.as_str()) {
         ("", "Namespace") => {
             set_default(object, "/spec/finalizers", json!(["kubernetes"]));
@@ -89,8 +96,14 @@ pub fn apply(def: &ResourceDef, object: &mut Value) {
 
 /// Validates what the kind requires beyond its metadata.
 pub fn validate(def: &ResourceDef, object: &Value) -> Vec<Cause> {
+    if let Some(custom) = &def.custom {
+        return crate::crd::schema::validate(object, &custom.schema);
+    }
     let mut causes = Vec::new();
     match (def.group.as_str(), def.kind.as_str()) {
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            causes.extend(crate::crd::validate_definition(object));
+        }
         ("", "Pod") => pod_spec_causes(object.get("spec"), "spec", &mut causes),
         ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => {
             workload_causes(object, &mut causes);

@@ -9,6 +9,7 @@ pub mod status;
 pub use registry::{Registry, ResourceDef};
 pub use status::{Cause, Status};
 pub mod conversion;
+pub mod crd;
 pub mod defaults;
 pub mod json;
 pub mod managed;

@@ -90,6 +90,11 @@ pub fn check_type(def: &ResourceDef, object: &mut Value) -> Result<(), Status> {
 /// (`spec.template.spec.containers[0].bogusField`), and the typed form's
 /// own decoding error if the object does not fit the type at all.
 pub fn unknown_fields(def: &ResourceDef, object: &Value) -> Result<Vec<String>, Status> {
+    if let Some(custom) = &def.custom {
+        // What pruning would remove is what the schema does not know.
+        let mut copy = object.clone();
+        return Ok(crate::crd::schema::prune(&mut copy, &custom.schema));
+    }
     let Some(round_trip) = def.typed_round_trip else {
         return Ok(Vec::new());
     };

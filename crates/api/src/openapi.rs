@@ -423,8 +423,17 @@ fn schemas<'a>(
     }
     generator.subschema_for::<k8s_openapi::api::autoscaling::v1::Scale>();
     generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>();
+    generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
     let mut definitions = generator.take_definitions(true);
     crate::structure::annotate(&mut definitions);
+    for def in resources.clone() {
+        if let Some(custom) = &def.custom {
+            definitions.insert(
+                def.schema_name.clone(),
+                custom_schema(&custom.schema, flavor),
+            );
+        }
+    }
     for def in resources {
         if let Some(schema) = definitions
             .get_mut(&def.schema_name)
@@ -455,6 +464,36 @@ fn schemas<'a>(
         );
     }
     definitions
+}
+
+/// A custom resource's schema as published: the version's
+/// `openAPIV3Schema` with the fields every object has.
+fn custom_schema(schema: &Value, flavor: Flavor) -> Value {
+    let mut out = schema.clone();
+    if !out.is_object() {
+        out = json!({"type": "object"});
+    }
+    let properties = out
+        .as_object_mut()
+        .map(|o| o.entry("properties").or_insert_with(|| json!({})));
+    if let Some(Value::Object(properties)) = properties {
+        properties.insert(
+            "apiVersion".into(),
+            json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}),
+        );
+        properties.insert(
+            "kind".into(),
+            json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}),
+        );
+        properties.insert(
+            "metadata".into(),
+            match flavor {
+                Flavor::V2 => flavor.reference("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+                Flavor::V3 => json!({"allOf": [flavor.reference("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")], "description": "Standard object's metadata."}),
+            },
+        );
+    }
+    out
 }
 
 /// The `/openapi/v3/<path>` document of one group-version.

@@ -5,6 +5,7 @@
 //! OpenAPI schema). Discovery, routing, OpenAPI and Table output all read
 //! from here; no handler is written per kind.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -32,11 +33,11 @@ pub type RoundTrip = fn(&Value) -> Result<Value, String>;
 /// A subresource, as discovery lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subresource {
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     /// The kind the subresource takes and returns: `(group, version, kind)`.
-    pub group: &'static str,
-    pub version: &'static str,
-    pub kind: &'static str,
+    pub group: Cow<'static, str>,
+    pub version: Cow<'static, str>,
+    pub kind: Cow<'static, str>,
     pub verbs: &'static [&'static str],
 }
 
@@ -66,6 +67,8 @@ pub struct ResourceDef {
     pub conversion: Option<crate::conversion::Conversion>,
     /// Where objects are stored, when not under this group's own prefix.
     pub storage_prefix: Option<String>,
+    /// For a custom resource: what its definition says.
+    pub custom: Option<Arc<crate::crd::Custom>>,
 }
 
 impl std::fmt::Debug for ResourceDef {
@@ -96,6 +99,16 @@ impl ResourceDef {
             resource: &self.plural,
             kind: &self.kind,
         }
+    }
+
+    /// Whether objects are stored in another version than this one, so
+    /// reads convert them (and cannot be served from the watch cache as is).
+    pub fn converts(&self) -> bool {
+        self.conversion.is_some()
+            || self
+                .custom
+                .as_ref()
+                .is_some_and(|c| c.storage_api_version != self.api_version())
     }
 
     pub fn subresource(&self, name: &str) -> Option<&Subresource> {
@@ -194,6 +207,7 @@ where
         schema_name: T::schema_name().into_owned(),
         conversion: extra.conversion,
         storage_prefix: extra.storage_prefix.map(str::to_string),
+        custom: None,
     }
 }
 
@@ -293,7 +307,11 @@ mod tests {
         assert_eq!(deploy.categories, vec!["all"]);
         let scale = deploy.subresource("scale").expect("scale");
         assert_eq!(
-            (scale.group, scale.version, scale.kind),
+            (
+                scale.group.as_ref(),
+                scale.version.as_ref(),
+                scale.kind.as_ref()
+            ),
             ("autoscaling", "v1", "Scale")
         );
         assert_eq!(

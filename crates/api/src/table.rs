@@ -171,6 +171,16 @@ pub fn columns(def: &ResourceDef) -> Vec<Column> {
 
 /// The column definitions of a Table, as JSON.
 pub fn column_definitions(def: &ResourceDef) -> Value {
+    if let Some(custom) = &def.custom {
+        // A custom resource: its definition's printer columns after the name.
+        let mut out = vec![
+            json!({"name": NAME.name, "type": NAME.kind, "format": NAME.format, "description": NAME.description, "priority": 0}),
+        ];
+        out.extend(custom.printer_columns.iter().map(|c| {
+            json!({"name": c.name, "type": c.type_, "format": c.format, "description": c.description, "priority": c.priority})
+        }));
+        return Value::Array(out);
+    }
     Value::Array(
         columns(def)
             .iter()
@@ -310,6 +320,20 @@ fn service_ports(svc: &Value) -> String {
 pub fn cells(def: &ResourceDef, o: &Value, now: i64) -> Vec<Value> {
     let name = json!(str_at(o, "/metadata/name"));
     let mut row = vec![name.clone()];
+    if let Some(custom) = &def.custom {
+        for column in &custom.printer_columns {
+            let value = crate::crd::json_path(o, &column.json_path);
+            row.push(match (column.type_.as_str(), value) {
+                (_, None) => Value::Null,
+                ("date", Some(Value::String(t))) => match parse_rfc3339(t) {
+                    Some(at) => json!(human_duration(now - at)),
+                    None => json!(t),
+                },
+                (_, Some(v)) => v.clone(),
+            });
+        }
+        return row;
+    }
     match (def.group.as_str(), def.kind.as_str()) {
         ("", "Pod") => row.extend(pod_cells(o, now)),
         ("apps", "Deployment") => {

@@ -48,7 +48,9 @@ fn legacy_resources(registry: &Registry, group: &str, version: &str) -> Value {
                 "kind": sub.kind,
                 "verbs": sub.verbs,
             });
-            if (sub.group, sub.version) != (def.group.as_str(), def.version.as_str()) {
+            if (sub.group.as_ref(), sub.version.as_ref())
+                != (def.group.as_str(), def.version.as_str())
+            {
                 entry["group"] = json!(sub.group);
                 entry["version"] = json!(sub.version);
             }
@@ -119,7 +121,7 @@ fn api_group(registry: &Registry, name: &str) -> Option<Value> {
 
 pub async fn api(AxumState(state): AxumState<Arc<State>>, headers: HeaderMap) -> Response {
     match negotiate::discovery(&headers) {
-        Discovery::Aggregated(version) => aggregated(&state.registry, true, version),
+        Discovery::Aggregated(version) => aggregated(&state.registry(), true, version),
         Discovery::Legacy => json_response(
             StatusCode::OK,
             &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]}),
@@ -129,14 +131,14 @@ pub async fn api(AxumState(state): AxumState<Arc<State>>, headers: HeaderMap) ->
 
 pub async fn apis(AxumState(state): AxumState<Arc<State>>, headers: HeaderMap) -> Response {
     match negotiate::discovery(&headers) {
-        Discovery::Aggregated(version) => aggregated(&state.registry, false, version),
+        Discovery::Aggregated(version) => aggregated(&state.registry(), false, version),
         Discovery::Legacy => {
             let groups: Vec<Value> = state
-                .registry
+                .registry()
                 .groups()
                 .iter()
                 .filter(|g| !g.name.is_empty())
-                .filter_map(|g| api_group(&state.registry, &g.name))
+                .filter_map(|g| api_group(&state.registry(), &g.name))
                 .collect();
             json_response(
                 StatusCode::OK,
@@ -150,12 +152,12 @@ pub async fn core_version(
     AxumState(state): AxumState<Arc<State>>,
     Path(version): Path<String>,
 ) -> ApiResult {
-    if state.registry.resources_in("", &version).next().is_none() {
+    if state.registry().resources_in("", &version).next().is_none() {
         return Err(ApiError(Status::not_found_path(&format!("/api/{version}"))));
     }
     Ok(json_response(
         StatusCode::OK,
-        &legacy_resources(&state.registry, "", &version),
+        &legacy_resources(&state.registry(), "", &version),
     ))
 }
 
@@ -163,7 +165,7 @@ pub async fn group(
     AxumState(state): AxumState<Arc<State>>,
     Path(group): Path<String>,
 ) -> ApiResult {
-    let body = api_group(&state.registry, &group)
+    let body = api_group(&state.registry(), &group)
         .filter(|_| !group.is_empty())
         .ok_or_else(|| ApiError(Status::not_found_path(&format!("/apis/{group}"))))?;
     Ok(json_response(StatusCode::OK, &body))
@@ -175,7 +177,7 @@ pub async fn group_version_resources(
 ) -> ApiResult {
     if group.is_empty()
         || state
-            .registry
+            .registry()
             .resources_in(&group, &version)
             .next()
             .is_none()
@@ -186,7 +188,7 @@ pub async fn group_version_resources(
     }
     Ok(json_response(
         StatusCode::OK,
-        &legacy_resources(&state.registry, &group, &version),
+        &legacy_resources(&state.registry(), &group, &version),
     ))
 }
 

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod cache;
+mod crd;
 mod discovery;
 pub mod metrics;
 pub mod negotiate;
@@ -160,9 +161,11 @@ pub async fn run(
     tls::write_kubeconfig(&files, &kubeconfig, &format!("https://{host}:{port}"))
         .context("write the admin kubeconfig")?;
 
-    let state = State::new(Arc::new(Registry::builtin()), store);
+    let base = Arc::new(Registry::builtin());
+    let state = State::new(base.clone(), store);
     rest::bootstrap_namespaces(&state).await?;
     services::bootstrap(&state, port).await?;
+    crd::start(state.clone(), base).await?;
     state.ready.store(true, Ordering::SeqCst);
     tracing::info!(address = %listener.local_addr()?, kubeconfig = %kubeconfig.display(), "API server ready");
 

@@ -7,12 +7,12 @@ use axum::extract::{Path, Query, State as AxumState};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use rudder_api::{Status, openapi};
+use rudder_api::{Registry, Status, openapi};
 use serde_json::{Map, Value, json};
 
 use crate::negotiate::parse_accept;
 use crate::response::{ApiError, ApiResult, json_response};
-use crate::state::{Document, State, content_hash};
+use crate::state::{Document, OpenApiDocs, State, content_hash};
 
 fn document(body: &Value) -> Document {
     let body = Bytes::from(serde_json::to_vec(body).unwrap_or_default());
@@ -54,25 +54,41 @@ fn serve_as(doc: &Document, content_type: &'static str) -> Response {
     response
 }
 
+/// The documents of the registry served now (made again after a change).
+fn with_docs<T>(state: &State, f: impl FnOnce(&Registry, &mut OpenApiDocs) -> T) -> T {
+    let (generation, registry) = state.registry_generation();
+    let mut docs = state.openapi.lock().unwrap_or_else(|e| e.into_inner());
+    if docs.generation != generation {
+        *docs = OpenApiDocs {
+            generation,
+            ..OpenApiDocs::default()
+        };
+    }
+    f(&registry, &mut docs)
+}
+
 fn v2_json(state: &State) -> Document {
-    state
-        .openapi_v2
-        .get_or_init(|| document(&openapi::v2(&state.registry)))
-        .clone()
+    with_docs(state, |registry, docs| {
+        docs.v2
+            .get_or_insert_with(|| document(&openapi::v2(registry)))
+            .clone()
+    })
 }
 
 fn v2_protobuf(state: &State) -> Document {
-    state
-        .openapi_v2_protobuf
-        .get_or_init(|| {
-            let json: Value = serde_json::from_slice(&v2_json(state).body).unwrap_or(Value::Null);
-            let body = Bytes::from(rudder_api::openapi_pb::encode(&json));
-            Document {
-                hash: content_hash(&body),
-                body,
-            }
-        })
-        .clone()
+    let json = v2_json(state);
+    with_docs(state, |_, docs| {
+        docs.v2_protobuf
+            .get_or_insert_with(|| {
+                let json: Value = serde_json::from_slice(&json.body).unwrap_or(Value::Null);
+                let body = Bytes::from(rudder_api::openapi_pb::encode(&json));
+                Document {
+                    hash: content_hash(&body),
+                    body,
+                }
+            })
+            .clone()
+    })
 }
 
 /// `/openapi/v2`: JSON, or gnostic protobuf when the client prefers it
@@ -122,9 +138,9 @@ pub async fn v2_legacy_protobuf(AxumState(state): AxumState<Arc<State>>) -> ApiR
     Ok(serve_as(&doc, PROTOBUF_V2))
 }
 
-fn group_versions(state: &State) -> Vec<(String, String)> {
+fn group_versions(registry: &Registry) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for group in state.registry.groups() {
+    for group in registry.groups() {
         for version in &group.versions {
             out.push((group.name.clone(), version.clone()));
         }
@@ -133,30 +149,24 @@ fn group_versions(state: &State) -> Vec<(String, String)> {
 }
 
 fn v3_document(state: &State, path: &str) -> Option<Document> {
-    if let Some(doc) = state.openapi_v3.lock().ok()?.get(path) {
-        return Some(doc.clone());
-    }
-    let (group, version) = group_versions(state)
-        .into_iter()
-        .find(|(g, v)| openapi::group_version_path(g, v) == path)?;
-    let doc = document(&openapi::v3_group_version(
-        &state.registry,
-        &group,
-        &version,
-    )?);
-    state
-        .openapi_v3
-        .lock()
-        .ok()?
-        .insert(path.to_string(), doc.clone());
-    Some(doc)
+    with_docs(state, |registry, docs| {
+        if let Some(doc) = docs.v3.get(path) {
+            return Some(doc.clone());
+        }
+        let (group, version) = group_versions(registry)
+            .into_iter()
+            .find(|(g, v)| openapi::group_version_path(g, v) == path)?;
+        let doc = document(&openapi::v3_group_version(registry, &group, &version)?);
+        docs.v3.insert(path.to_string(), doc.clone());
+        Some(doc)
+    })
 }
 
 pub async fn v3_index(AxumState(state): AxumState<Arc<State>>) -> ApiResult {
     let state2 = state.clone();
     let paths = tokio::task::spawn_blocking(move || {
         let mut paths = Map::new();
-        for (group, version) in group_versions(&state2) {
+        for (group, version) in group_versions(&state2.registry()) {
             let path = openapi::group_version_path(&group, &version);
             if let Some(doc) = v3_document(&state2, &path) {
                 paths.insert(

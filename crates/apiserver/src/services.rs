@@ -48,7 +48,7 @@ fn needs_node_ports(service: &Value) -> bool {
 
 fn ipaddresses(state: &State) -> Result<std::sync::Arc<ResourceDef>, Status> {
     state
-        .registry
+        .registry()
         .get("networking.k8s.io", "v1", "ipaddresses")
         .cloned()
         .ok_or_else(|| Status::internal("no ipaddresses resource"))
@@ -449,7 +449,7 @@ pub async fn allocate_on_update(
 /// address, if absent.
 pub async fn bootstrap(state: &State, port: u16) -> anyhow::Result<()> {
     let def = state
-        .registry
+        .registry()
         .get("", "v1", "services")
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("no services resource"))?;

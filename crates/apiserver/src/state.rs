@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::cache::Cache;
 
@@ -18,17 +18,28 @@ pub struct Document {
     pub body: Bytes,
 }
 
+/// The OpenAPI documents of one registry, made when first asked for.
+#[derive(Debug, Default)]
+pub struct OpenApiDocs {
+    /// The registry generation these documents describe.
+    pub generation: u64,
+    pub v2: Option<Document>,
+    /// The same document in gnostic's protobuf form.
+    pub v2_protobuf: Option<Document>,
+    /// `/openapi/v3/<path>` documents by path.
+    pub v3: HashMap<String, Document>,
+}
+
 /// Shared server state.
 #[derive(Debug)]
 pub struct State {
-    pub registry: Arc<Registry>,
+    /// What is served: the built-in resources and those of established
+    /// CustomResourceDefinitions, with a generation counting changes.
+    registry: RwLock<(u64, Arc<Registry>)>,
     pub store: Arc<dyn Store>,
     /// `/readyz` answers ok once bootstrap is done.
     pub ready: AtomicBool,
-    pub openapi_v2: OnceLock<Document>,
-    /// The same document in gnostic's protobuf form.
-    pub openapi_v2_protobuf: OnceLock<Document>,
-    pub openapi_v3: Mutex<HashMap<String, Document>>,
+    pub openapi: Mutex<OpenApiDocs>,
     /// Fires when the server shuts down: long-running requests (watches) end.
     pub shutdown: CancellationToken,
     /// The watch cache of each resource, started on first use.
@@ -59,12 +70,10 @@ impl State {
         let store: Arc<dyn Store> =
             Arc::new(crate::metrics::MeteredStore::new(store, metrics.clone()));
         Arc::new(State {
-            registry,
+            registry: RwLock::new((0, registry)),
             store,
             ready: AtomicBool::new(false),
-            openapi_v2: OnceLock::new(),
-            openapi_v2_protobuf: OnceLock::new(),
-            openapi_v3: Mutex::new(HashMap::new()),
+            openapi: Mutex::new(OpenApiDocs::default()),
             shutdown: CancellationToken::new(),
             caches: Default::default(),
             metrics,
@@ -75,6 +84,30 @@ impl State {
 }
 
 impl State {
+    /// What is served now.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+
+    /// What is served now, and its generation.
+    pub fn registry_generation(&self) -> (u64, Arc<Registry>) {
+        self.registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Serves `registry` from now on (discovery, routing and OpenAPI
+    /// follow at once).
+    pub fn set_registry(&self, registry: Arc<Registry>) {
+        let mut current = self.registry.write().unwrap_or_else(|e| e.into_inner());
+        *current = (current.0 + 1, registry);
+    }
+
     /// Requests being served now (watches excepted).
     pub fn inflight_now(&self) -> usize {
         self.inflight_limit

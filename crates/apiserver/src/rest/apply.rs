@@ -78,8 +78,14 @@ pub fn api_version(ctx: &Context) -> String {
 }
 
 /// What managed fields need for a write of `part` of the resource.
-pub fn scope<'a>(ctx: &Context, part: Part, api_version: &'a str, now: &'a str) -> Scope<'a> {
-    let types = Types::builtin();
+pub fn scope<'a>(ctx: &'a Context, part: Part, api_version: &'a str, now: &'a str) -> Scope<'a> {
+    let (types, root) = match &ctx.def().custom {
+        Some(custom) => (&custom.types, custom.root.clone()),
+        None => {
+            let types = Types::builtin().as_ref();
+            (types, types.root(&ctx.def().schema_name))
+        }
+    };
     let (subresource, ignore) = match part {
         Part::Main if object::has_status_subresource(ctx.def()) => ("", Ignore::Status),
         Part::Main => ("", Ignore::Nothing),
@@ -87,7 +93,7 @@ pub fn scope<'a>(ctx: &Context, part: Part, api_version: &'a str, now: &'a str) 
     };
     Scope {
         types,
-        root: types.root(&ctx.def().schema_name),
+        root,
         api_version,
         subresource,
         ignore,

@@ -3,7 +3,7 @@
 //! registry entry (ARCHITECTURE.md §4).
 
 mod apply;
-mod objects;
+pub(crate) mod objects;
 mod read;
 mod subresource;
 mod watch;
@@ -197,7 +197,7 @@ pub async fn dispatch(AxumState(state): AxumState<Arc<State>>, request: Request)
 /// What a request addresses and asks: the resource, the query, the verb.
 fn resolve(state: &State, request: &Request) -> Result<(ResourcePath, Params, Verb), ApiError> {
     let uri_path = request.uri().path();
-    let Some(parsed) = path::parse(&state.registry, uri_path) else {
+    let Some(parsed) = path::parse(&state.registry(), uri_path) else {
         return Err(ApiError(Status::not_found_path(uri_path)));
     };
     let resource = parsed?;

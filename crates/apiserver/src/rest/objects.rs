@@ -60,7 +60,14 @@ pub fn set_resource_version(object: &mut Value, revision: u64) {
 
 /// An object as `def`'s version serves it: converted from its stored
 /// version when that differs (autoscaling/v1, events.k8s.io/v1).
-pub fn served(def: &ResourceDef, object: Value) -> Value {
+pub fn served(def: &ResourceDef, mut object: Value) -> Value {
+    if let Some(custom) = &def.custom {
+        // Conversion `None`: only the apiVersion differs between versions.
+        if custom.storage_api_version != def.api_version() {
+            object["apiVersion"] = json!(def.api_version());
+        }
+        return object;
+    }
     match def.conversion {
         Some(conversion) => (conversion.from_storage)(object),
         None => object,
@@ -69,6 +76,13 @@ pub fn served(def: &ResourceDef, object: Value) -> Value {
 
 /// The bytes to store for an object of `def`'s version.
 pub fn stored(def: &ResourceDef, object: &Value) -> Bytes {
+    if let Some(custom) = &def.custom
+        && custom.storage_api_version != def.api_version()
+    {
+        let mut object = object.clone();
+        object["apiVersion"] = json!(custom.storage_api_version);
+        return encode(&object);
+    }
     match def.conversion {
         Some(conversion) => encode(&(conversion.to_storage)(object.clone())),
         None => encode(object),
@@ -141,7 +155,7 @@ impl Context {
         let Some(ns) = self.namespace() else {
             return Ok(());
         };
-        let namespaces = self.state.registry.get("", "v1", "namespaces").cloned();
+        let namespaces = self.state.registry().get("", "v1", "namespaces").cloned();
         let Some(def) = namespaces else { return Ok(()) };
         match self
             .state
@@ -175,7 +189,7 @@ pub const SYSTEM_NAMESPACES: &[&str] =
 /// Creates the system namespaces that are missing.
 pub async fn bootstrap_namespaces(state: &State) -> anyhow::Result<()> {
     let def = state
-        .registry
+        .registry()
         .get("", "v1", "namespaces")
         .ok_or_else(|| anyhow::anyhow!("no namespaces resource"))?
         .clone();

@@ -301,7 +301,7 @@ async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<Cach
         return Ok(None);
     }
     let def = ctx.def();
-    if def.conversion.is_some() {
+    if def.converts() {
         // The cache holds the stored version; converted versions read the store.
         return Ok(None);
     }

@@ -6,8 +6,8 @@
 
 use axum::http::StatusCode;
 use bytes::Bytes;
-use rudder_api::Status;
 use rudder_api::object::Part;
+use rudder_api::{Status, crd};
 use serde_json::{Value, json};
 
 use super::write::{
@@ -27,7 +27,7 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
         ("status", Verb::Patch) => patch_part(ctx, body, Part::Status).await,
         ("scale", Verb::Get) => {
             let (object, _) = ctx.current().await?;
-            Ok(json_response(StatusCode::OK, &scale_of(&object)))
+            Ok(json_response(StatusCode::OK, &scale_of(ctx.def(), &object)))
         }
         ("scale", Verb::Update) => {
             let scale = object_body(ctx, &body)?;
@@ -85,15 +85,41 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
     }
 }
 
-/// The `autoscaling/v1 Scale` of a workload.
-fn scale_of(object: &Value) -> Value {
+/// Where a resource keeps its replicas: `.spec.replicas` for workloads,
+/// the definition's paths for a custom resource.
+fn replicas_path(def: &rudder_api::ResourceDef) -> &str {
+    def.custom
+        .as_ref()
+        .and_then(|c| c.scale.as_ref())
+        .map_or(".spec.replicas", |s| s.spec_replicas.as_str())
+}
+
+/// The `autoscaling/v1 Scale` of a workload or custom resource.
+fn scale_of(def: &rudder_api::ResourceDef, object: &Value) -> Value {
     let meta = object.get("metadata").cloned().unwrap_or(Value::Null);
-    let selector = object.pointer("/spec/selector").map(|s| {
-        match s.get("matchLabels").or(s.get("matchExpressions")) {
-            Some(_) => rudder_api::selector::format_label_selector(s),
-            None => rudder_api::selector::format_map_selector(s),
-        }
-    });
+    let custom = def.custom.as_ref().and_then(|c| c.scale.as_ref());
+    let (spec_replicas, status_replicas, selector) = match custom {
+        Some(paths) => (
+            crd::json_path(object, &paths.spec_replicas).cloned(),
+            crd::json_path(object, &paths.status_replicas).cloned(),
+            paths
+                .label_selector
+                .as_ref()
+                .and_then(|p| crd::json_path(object, p))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        ),
+        None => (
+            object.pointer("/spec/replicas").cloned(),
+            object.pointer("/status/replicas").cloned(),
+            object.pointer("/spec/selector").map(|s| {
+                match s.get("matchLabels").or(s.get("matchExpressions")) {
+                    Some(_) => rudder_api::selector::format_label_selector(s),
+                    None => rudder_api::selector::format_map_selector(s),
+                }
+            }),
+        ),
+    };
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -104,9 +130,9 @@ fn scale_of(object: &Value) -> Value {
             "resourceVersion": meta.get("resourceVersion"),
             "creationTimestamp": meta.get("creationTimestamp"),
         },
-        "spec": {"replicas": object.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
+        "spec": {"replicas": spec_replicas.unwrap_or(json!(0))},
         "status": {
-            "replicas": object.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "replicas": status_replicas.unwrap_or(json!(0)),
             "selector": selector.unwrap_or_default(),
         },
     })
@@ -117,7 +143,7 @@ where
     F: Fn(&Value) -> Result<Value, Status>,
 {
     let object = update_object(ctx, Part::Main, |old| {
-        let new_scale = scale(&scale_of(old))?;
+        let new_scale = scale(&scale_of(ctx.def(), old))?;
         let replicas = match new_scale.pointer("/spec/replicas") {
             Some(Value::Number(n)) if n.as_i64().is_some_and(|r| r >= 0) => n.clone(),
             Some(other) => {
@@ -134,7 +160,7 @@ where
             None => serde_json::Number::from(0),
         };
         let mut new = old.clone();
-        new["spec"]["replicas"] = Value::Number(replicas);
+        crd::set_path(&mut new, replicas_path(ctx.def()), Value::Number(replicas));
         if let Some(rv) = new_scale
             .pointer("/metadata/resourceVersion")
             .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
@@ -146,7 +172,7 @@ where
         Ok(new)
     })
     .await?;
-    Ok(json_response(StatusCode::OK, &scale_of(&object)))
+    Ok(json_response(StatusCode::OK, &scale_of(ctx.def(), &object)))
 }
 
 /// `pods/binding`: assigns an unscheduled pod to a node.
@@ -225,7 +251,7 @@ async fn evict(ctx: &Context, eviction: Value) -> ApiResult {
     let terminal = matches!(phase, "Succeeded" | "Failed");
     let state = &ctx.state;
     let pdbs = state
-        .registry
+        .registry()
         .get("policy", "v1", "poddisruptionbudgets")
         .cloned()
         .ok_or_else(|| Status::internal("no poddisruptionbudgets"))?;

@@ -192,7 +192,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
 
     // From the watch cache when its history reaches back to the start.
     let cache = ctx.state.cache(&def);
-    if def.conversion.is_none()
+    if !def.converts()
         && cache.wait_for(0).await.is_ok()
         && let Some(subscription) = cache.subscribe(start, &prefix)
     {

@@ -47,7 +47,7 @@ pub fn object_body_checked(ctx: &Context, body: &Bytes) -> Result<(Value, Vec<St
             Ok((parsed.value, parsed.duplicates))
         }
         "application/vnd.kubernetes.protobuf" => {
-            rudder_api::protobuf::decode(&ctx.state.registry, body)
+            rudder_api::protobuf::decode(&ctx.state.registry(), body)
                 .map(|value| (value, Vec::new()))
                 .map_err(|e| {
                     Status::bad_request(format!(
