@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Kubectl, start, versions};
+use common::each_version;
 
 /// One object of many kinds; `{v}` is the version tag that keeps
 /// cluster-scoped names apart, `{tier}` the label a later apply changes.
@@ -230,291 +230,261 @@ spec:
 
 #[test]
 fn apply_diff_edit_replace_restart_and_server_side_apply() {
-    let versions = versions();
-    if versions.is_empty() {
-        eprintln!("no kubectl installed; nothing to check");
-        return;
-    }
-    let server = start();
-    let mut failures = Vec::new();
     let work = tempfile::tempdir().expect("work dir");
-    for (version, binary) in &versions {
-        let cache = tempfile::tempdir().expect("cache dir");
-        let tag = version.replace('.', "-");
-        let k = Kubectl {
-            binary,
-            kubeconfig: server.kubeconfig(),
-            cache: cache.path().to_path_buf(),
-            namespace: format!("apply-{tag}"),
-        };
-        server.wait_ready(&k);
-        let mut f = Vec::new();
-        let file = |name: &str, text: &str| {
-            let path = work.path().join(format!("{tag}-{name}.yaml"));
-            std::fs::write(&path, text).expect("write manifest");
-            path.display().to_string()
-        };
-        k.run(&["create", "namespace", &k.namespace], None);
+    each_version(
+        |tag| format!("apply-{tag}"),
+        |k, tag, f| {
+            let file = |name: &str, text: &str| {
+                let path = work.path().join(format!("{tag}-{name}.yaml"));
+                std::fs::write(&path, text).expect("write manifest");
+                path.display().to_string()
+            };
+            k.run(&["create", "namespace", &k.namespace], None);
 
-        // Client-side apply of every kind: created, unchanged, configured.
-        let objects = kinds(&tag, "a").matches("\nkind:").count();
-        let all_a = file("kinds-a", &kinds(&tag, "a"));
-        let all_b = file("kinds-b", &kinds(&tag, "b"));
-        // A PodDisruptionBudget's selector has the `replace` patch strategy,
-        // so kubectl's patch for it is never empty: upstream says
-        // "configured" for it on every apply, and so do we.
-        for (what, path, word, expected) in [
-            ("apply creates every kind", &all_a, "created", objects),
-            ("apply again: unchanged", &all_a, "unchanged", objects - 1),
-            (
-                "apply a label change: every kind configured",
-                &all_b,
-                "configured",
-                objects,
-            ),
-        ] {
-            let (ok, out) = k.run(&["apply", "-f", path], None);
-            let count = out.lines().filter(|l| l.ends_with(word)).count();
-            if !ok || count != expected {
-                f.push(format!("{what}: {count} of {objects} {word}: {out}"));
+            // Client-side apply of every kind: created, unchanged, configured.
+            let objects = kinds(tag, "a").matches("\nkind:").count();
+            let all_a = file("kinds-a", &kinds(tag, "a"));
+            let all_b = file("kinds-b", &kinds(tag, "b"));
+            // A PodDisruptionBudget's selector has the `replace` patch strategy,
+            // so kubectl's patch for it is never empty: upstream says
+            // "configured" for it on every apply, and so do we.
+            for (what, path, word, expected) in [
+                ("apply creates every kind", &all_a, "created", objects),
+                ("apply again: unchanged", &all_a, "unchanged", objects - 1),
+                (
+                    "apply a label change: every kind configured",
+                    &all_b,
+                    "configured",
+                    objects,
+                ),
+            ] {
+                let (ok, out) = k.run(&["apply", "-f", path], None);
+                let count = out.lines().filter(|l| l.ends_with(word)).count();
+                if !ok || count != expected {
+                    f.push(format!("{what}: {count} of {objects} {word}: {out}"));
+                }
+                if word == "unchanged" && !out.contains("poddisruptionbudget.policy/pdb configured")
+                {
+                    f.push(format!(
+                        "{what}: the budget is configured, as upstream: {out}"
+                    ));
+                }
             }
-            if word == "unchanged" && !out.contains("poddisruptionbudget.policy/pdb configured") {
-                f.push(format!(
-                    "{what}: the budget is configured, as upstream: {out}"
-                ));
+            k.expect(
+                f,
+                "the change is stored",
+                &["get", "cm", "cm", "-o", "jsonpath={.metadata.labels.tier}"],
+                None,
+                "b",
+            );
+
+            // The three-way patch: a container that left the file goes.
+            let web1 = file("web1", &web("registry.local/web:1", true, false));
+            let web2 = file("web2", &web("registry.local/web:2", false, true));
+            k.expect(f, "apply web", &["apply", "-f", &web1], None, "created");
+            k.expect(
+                f,
+                "apply web: container removed, env added",
+                &["apply", "-f", &web2],
+                None,
+                "deployment.apps/web configured",
+            );
+            k.expect(
+        f,
+        "only main is left",
+        &[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[*].name}={.spec.template.spec.containers[0].image}={.spec.template.spec.containers[0].env[*].name}",
+        ],
+        None,
+        "main=registry.local/web:2=MODE EXTRA",
+    );
+
+            // diff: a server-side dry run, nothing stored.
+            let web3 = file("web3", &web("registry.local/web:3", false, true));
+            let (ok, out) = k.run(&["diff", "-f", &web3], None);
+            if ok || !out.contains("+        image: registry.local/web:3") {
+                f.push(format!("diff shows the change (exit 1): ({ok}) {out}"));
             }
-        }
-        k.expect(
-            &mut f,
-            "the change is stored",
-            &["get", "cm", "cm", "-o", "jsonpath={.metadata.labels.tier}"],
-            None,
-            "b",
-        );
+            k.expect(
+                f,
+                "diff stored nothing",
+                &[
+                    "get",
+                    "deploy",
+                    "web",
+                    "-o",
+                    "jsonpath={.spec.template.spec.containers[0].image}",
+                ],
+                None,
+                "registry.local/web:2",
+            );
 
-        // The three-way patch: a container that left the file goes.
-        let web1 = file("web1", &web("registry.local/web:1", true, false));
-        let web2 = file("web2", &web("registry.local/web:2", false, true));
-        k.expect(
-            &mut f,
-            "apply web",
-            &["apply", "-f", &web1],
-            None,
-            "created",
-        );
-        k.expect(
-            &mut f,
-            "apply web: container removed, env added",
-            &["apply", "-f", &web2],
-            None,
-            "deployment.apps/web configured",
-        );
-        k.expect(
-            &mut f,
-            "only main is left",
-            &[
-                "get",
-                "deploy",
-                "web",
-                "-o",
-                "jsonpath={.spec.template.spec.containers[*].name}={.spec.template.spec.containers[0].image}={.spec.template.spec.containers[0].env[*].name}",
-            ],
-            None,
-            "main=registry.local/web:2=MODE EXTRA",
-        );
+            // edit with a scripted editor.
+            let (ok, out) = k.run_with(
+                &["edit", "deploy", "web"],
+                None,
+                &[(
+                    "EDITOR",
+                    "sed -i -e s#registry.local/web:2#registry.local/web:edited#",
+                )],
+            );
+            if !ok || !out.contains("deployment.apps/web edited") {
+                f.push(format!("edit: ({ok}) {out}"));
+            }
+            k.expect(
+                f,
+                "edit stored",
+                &[
+                    "get",
+                    "deploy",
+                    "web",
+                    "-o",
+                    "jsonpath={.spec.template.spec.containers[0].image}",
+                ],
+                None,
+                "registry.local/web:edited",
+            );
 
-        // diff: a server-side dry run, nothing stored.
-        let web3 = file("web3", &web("registry.local/web:3", false, true));
-        let (ok, out) = k.run(&["diff", "-f", &web3], None);
-        if ok || !out.contains("+        image: registry.local/web:3") {
-            f.push(format!("diff shows the change (exit 1): ({ok}) {out}"));
-        }
-        k.expect(
-            &mut f,
-            "diff stored nothing",
-            &[
-                "get",
-                "deploy",
-                "web",
-                "-o",
-                "jsonpath={.spec.template.spec.containers[0].image}",
-            ],
-            None,
-            "registry.local/web:2",
-        );
+            // replace with the object as read, changed.
+            let (_, current) = k.run(&["get", "deploy", "web", "-o", "yaml"], None);
+            let replaced =
+                current.replace("registry.local/web:edited", "registry.local/web:replaced");
+            k.expect(
+                f,
+                "replace",
+                &["replace", "-f", "-"],
+                Some(&replaced),
+                "deployment.apps/web replaced",
+            );
+            k.expect(
+                f,
+                "rollout restart",
+                &["rollout", "restart", "deploy/web"],
+                None,
+                "deployment.apps/web restarted",
+            );
+            k.expect(
+                f,
+                "restart stamped the template",
+                &[
+                    "get",
+                    "deploy",
+                    "web",
+                    "-o",
+                    "jsonpath={.spec.template.metadata.annotations}",
+                ],
+                None,
+                "kubectl.kubernetes.io/restartedAt",
+            );
 
-        // edit with a scripted editor.
-        let (ok, out) = k.run_with(
-            &["edit", "deploy", "web"],
-            None,
-            &[(
-                "EDITOR",
-                "sed -i -e s#registry.local/web:2#registry.local/web:edited#",
-            )],
-        );
-        if !ok || !out.contains("deployment.apps/web edited") {
-            f.push(format!("edit: ({ok}) {out}"));
-        }
-        k.expect(
-            &mut f,
-            "edit stored",
-            &[
-                "get",
-                "deploy",
-                "web",
-                "-o",
-                "jsonpath={.spec.template.spec.containers[0].image}",
-            ],
-            None,
-            "registry.local/web:edited",
-        );
+            // apply --prune removes what left the labelled set.
+            let both = file("prune-both", PRUNABLE);
+            let one = file(
+                "prune-one",
+                PRUNABLE.split("---").next().unwrap_or_default(),
+            );
+            k.expect(
+                f,
+                "apply two",
+                &["apply", "-f", &both],
+                None,
+                "configmap/p2 created",
+            );
+            k.expect(
+                f,
+                "apply --prune",
+                &["apply", "-f", &one, "--prune", "-l", "prune=set1"],
+                None,
+                "configmap/p2 pruned",
+            );
+            k.refuse(f, "pruned object is gone", &["get", "cm", "p2"], "NotFound");
 
-        // replace with the object as read, changed.
-        let (_, current) = k.run(&["get", "deploy", "web", "-o", "yaml"], None);
-        let replaced = current.replace("registry.local/web:edited", "registry.local/web:replaced");
-        k.expect(
-            &mut f,
-            "replace",
-            &["replace", "-f", "-"],
-            Some(&replaced),
-            "deployment.apps/web replaced",
-        );
-        k.expect(
-            &mut f,
-            "rollout restart",
-            &["rollout", "restart", "deploy/web"],
-            None,
-            "deployment.apps/web restarted",
-        );
-        k.expect(
-            &mut f,
-            "restart stamped the template",
-            &[
-                "get",
-                "deploy",
-                "web",
-                "-o",
-                "jsonpath={.spec.template.metadata.annotations}",
-            ],
-            None,
-            "kubectl.kubernetes.io/restartedAt",
-        );
+            // Server-side apply: conflicts, forcing, managed fields.
+            let ssa2 = file("ssa2", &ssa_deployment("ssa", 2));
+            k.expect(
+                f,
+                "server-side apply creates",
+                &["apply", "--server-side", "-f", &ssa2],
+                None,
+                "deployment.apps/ssa serverside-applied",
+            );
+            k.expect(
+                f,
+                "another manager changes replicas",
+                &[
+                    "patch",
+                    "deploy",
+                    "ssa",
+                    "--type=merge",
+                    "-p",
+                    r#"{"spec":{"replicas":4}}"#,
+                ],
+                None,
+                "patched",
+            );
+            k.refuse(
+                f,
+                "applying replicas again conflicts",
+                &["apply", "--server-side", "-f", &ssa2],
+                "conflict",
+            );
+            k.expect(
+                f,
+                "--force-conflicts takes them",
+                &["apply", "--server-side", "--force-conflicts", "-f", &ssa2],
+                None,
+                "serverside-applied",
+            );
+            k.expect(
+                f,
+                "forced value stored",
+                &["get", "deploy", "ssa", "-o", "jsonpath={.spec.replicas}"],
+                None,
+                "2",
+            );
+            k.expect(
+                f,
+                "managed fields name both managers",
+                &[
+                    "get",
+                    "deploy",
+                    "ssa",
+                    "--show-managed-fields",
+                    "-o",
+                    "jsonpath={.metadata.managedFields[*].manager}",
+                ],
+                None,
+                "kubectl",
+            );
 
-        // apply --prune removes what left the labelled set.
-        let both = file("prune-both", PRUNABLE);
-        let one = file(
-            "prune-one",
-            PRUNABLE.split("---").next().unwrap_or_default(),
-        );
-        k.expect(
-            &mut f,
-            "apply two",
-            &["apply", "-f", &both],
-            None,
-            "configmap/p2 created",
-        );
-        k.expect(
-            &mut f,
-            "apply --prune",
-            &["apply", "-f", &one, "--prune", "-l", "prune=set1"],
-            None,
-            "configmap/p2 pruned",
-        );
-        k.refuse(
-            &mut f,
-            "pruned object is gone",
-            &["get", "cm", "p2"],
-            "NotFound",
-        );
-
-        // Server-side apply: conflicts, forcing, managed fields.
-        let ssa2 = file("ssa2", &ssa_deployment("ssa", 2));
-        k.expect(
-            &mut f,
-            "server-side apply creates",
-            &["apply", "--server-side", "-f", &ssa2],
-            None,
-            "deployment.apps/ssa serverside-applied",
-        );
-        k.expect(
-            &mut f,
-            "another manager changes replicas",
-            &[
-                "patch",
-                "deploy",
-                "ssa",
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"replicas":4}}"#,
-            ],
-            None,
-            "patched",
-        );
-        k.refuse(
-            &mut f,
-            "applying replicas again conflicts",
-            &["apply", "--server-side", "-f", &ssa2],
-            "conflict",
-        );
-        k.expect(
-            &mut f,
-            "--force-conflicts takes them",
-            &["apply", "--server-side", "--force-conflicts", "-f", &ssa2],
-            None,
-            "serverside-applied",
-        );
-        k.expect(
-            &mut f,
-            "forced value stored",
-            &["get", "deploy", "ssa", "-o", "jsonpath={.spec.replicas}"],
-            None,
-            "2",
-        );
-        k.expect(
-            &mut f,
-            "managed fields name both managers",
-            &[
-                "get",
-                "deploy",
-                "ssa",
-                "--show-managed-fields",
-                "-o",
-                "jsonpath={.metadata.managedFields[*].manager}",
-            ],
-            None,
-            "kubectl",
-        );
-
-        // From client-side to server-side apply without conflicts.
-        let csa = file("csa", &ssa_deployment("csa", 2));
-        k.expect(
-            &mut f,
-            "client-side apply",
-            &["apply", "-f", &csa],
-            None,
-            "created",
-        );
-        let csa3 = file("csa3", &ssa_deployment("csa", 3));
-        k.expect(
-            &mut f,
-            "then server-side apply of a change",
-            &["apply", "--server-side", "-f", &csa3],
-            None,
-            "deployment.apps/csa serverside-applied",
-        );
-        k.expect(
-            &mut f,
-            "the change is stored",
-            &["get", "deploy", "csa", "-o", "jsonpath={.spec.replicas}"],
-            None,
-            "3",
-        );
-        failures.extend(f.into_iter().map(|m| format!("kubectl {version}: {m}")));
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
+            // From client-side to server-side apply without conflicts.
+            let csa = file("csa", &ssa_deployment("csa", 2));
+            k.expect(
+                f,
+                "client-side apply",
+                &["apply", "-f", &csa],
+                None,
+                "created",
+            );
+            let csa3 = file("csa3", &ssa_deployment("csa", 3));
+            k.expect(
+                f,
+                "then server-side apply of a change",
+                &["apply", "--server-side", "-f", &csa3],
+                None,
+                "deployment.apps/csa serverside-applied",
+            );
+            k.expect(
+                f,
+                "the change is stored",
+                &["get", "deploy", "csa", "-o", "jsonpath={.spec.replicas}"],
+                None,
+                "3",
+            );
+        },
     );
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Kubectl, start, versions};
+use common::each_version;
 
 fn definition(group: &str) -> String {
     format!(
@@ -51,162 +51,141 @@ fn widget(group: &str, name: &str, spec: &str) -> String {
 
 #[test]
 fn a_custom_resource_definition_with_kubectl() {
-    let versions = versions();
-    if versions.is_empty() {
-        eprintln!("no kubectl installed; nothing to check");
-        return;
-    }
-    let server = start();
-    let mut failures = Vec::new();
-    for (version, binary) in &versions {
-        let cache = tempfile::tempdir().expect("cache dir");
-        let tag = version.replace('.', "-");
-        let group = format!("v{tag}.example.com");
-        let k = Kubectl {
-            binary,
-            kubeconfig: server.kubeconfig(),
-            cache: cache.path().to_path_buf(),
-            namespace: "default".into(),
-        };
-        server.wait_ready(&k);
-        let mut f = Vec::new();
-        let crd = format!("widgets.{group}");
-        k.expect(
-            &mut f,
-            "create the definition",
-            &["apply", "-f", "-"],
-            Some(&definition(&group)),
-            "created",
-        );
-        k.expect(
-            &mut f,
-            "wait for Established",
-            &[
-                "wait",
-                "--for",
-                "condition=established",
-                &format!("crd/{crd}"),
-                "--timeout=20s",
-            ],
-            None,
-            "condition met",
-        );
-        let resource = format!("widgets.{group}");
-        k.expect(
-            &mut f,
-            "apply a widget",
-            &["apply", "-f", "-"],
-            Some(&widget(&group, "w1", "{size: 3, replicas: 1}")),
-            "created",
-        );
-        k.expect(
-            &mut f,
-            "printer columns",
-            &["get", &resource],
-            None,
-            "NAME   SIZE   COLOR",
-        );
-        k.expect(
-            &mut f,
-            "the default is filled in",
-            &["get", &resource, "w1", "-o", "jsonpath={.spec.color}"],
-            None,
-            "red",
-        );
-        let (ok, out) = k.run(
-            &["apply", "-f", "-"],
-            Some(&widget(&group, "w2", "{size: 30, color: green}")),
-        );
-        if ok
-            || !out.contains("should be less than or equal to 10")
-            || !out.contains("Unsupported value: \"green\"")
-        {
-            f.push(format!("schema errors: ({ok}) {out}"));
-        }
-        let (ok, out) = k.run(
-            &["apply", "-f", "-"],
-            Some(&widget(&group, "w3", "{size: 2, bogus: 1}")),
-        );
-        if ok || !out.contains("unknown field") {
-            f.push(format!(
-                "strict validation names the unknown field: ({ok}) {out}"
-            ));
-        }
-        k.expect(
-            &mut f,
-            "without strict validation the unknown field is pruned",
-            &["apply", "--validate=false", "-f", "-"],
-            Some(&widget(&group, "w3", "{size: 2, bogus: 1}")),
-            "created",
-        );
-        k.expect(
-            &mut f,
-            "pruned",
-            &["get", &resource, "w3", "-o", "jsonpath={.spec}"],
-            None,
-            "{\"color\":\"red\",\"size\":2}",
-        );
-        k.expect(
-            &mut f,
-            "explain",
-            &[
+    each_version(
+        |_| "default".to_string(),
+        |k, tag, f| {
+            let group = format!("v{tag}.example.com");
+            let crd = format!("widgets.{group}");
+            k.expect(
+                f,
+                "create the definition",
+                &["apply", "-f", "-"],
+                Some(&definition(&group)),
+                "created",
+            );
+            k.expect(
+                f,
+                "wait for Established",
+                &[
+                    "wait",
+                    "--for",
+                    "condition=established",
+                    &format!("crd/{crd}"),
+                    "--timeout=20s",
+                ],
+                None,
+                "condition met",
+            );
+            let resource = format!("widgets.{group}");
+            k.expect(
+                f,
+                "apply a widget",
+                &["apply", "-f", "-"],
+                Some(&widget(&group, "w1", "{size: 3, replicas: 1}")),
+                "created",
+            );
+            k.expect(
+                f,
+                "printer columns",
+                &["get", &resource],
+                None,
+                "NAME   SIZE   COLOR",
+            );
+            k.expect(
+                f,
+                "the default is filled in",
+                &["get", &resource, "w1", "-o", "jsonpath={.spec.color}"],
+                None,
+                "red",
+            );
+            let (ok, out) = k.run(
+                &["apply", "-f", "-"],
+                Some(&widget(&group, "w2", "{size: 30, color: green}")),
+            );
+            if ok
+                || !out.contains("should be less than or equal to 10")
+                || !out.contains("Unsupported value: \"green\"")
+            {
+                f.push(format!("schema errors: ({ok}) {out}"));
+            }
+            let (ok, out) = k.run(
+                &["apply", "-f", "-"],
+                Some(&widget(&group, "w3", "{size: 2, bogus: 1}")),
+            );
+            if ok || !out.contains("unknown field") {
+                f.push(format!(
+                    "strict validation names the unknown field: ({ok}) {out}"
+                ));
+            }
+            k.expect(
+                f,
+                "without strict validation the unknown field is pruned",
+                &["apply", "--validate=false", "-f", "-"],
+                Some(&widget(&group, "w3", "{size: 2, bogus: 1}")),
+                "created",
+            );
+            k.expect(
+                f,
+                "pruned",
+                &["get", &resource, "w3", "-o", "jsonpath={.spec}"],
+                None,
+                "{\"color\":\"red\",\"size\":2}",
+            );
+            k.expect(
+                f,
                 "explain",
-                "widgets.spec.size",
-                &format!("--api-version={group}/v1"),
-            ],
-            None,
-            "How big the widget is",
-        );
-        k.expect(
-            &mut f,
-            "scale",
-            &["scale", &resource, "w1", "--replicas=4"],
-            None,
-            "scaled",
-        );
-        k.expect(
-            &mut f,
-            "scaled",
-            &["get", &resource, "w1", "-o", "jsonpath={.spec.replicas}"],
-            None,
-            "4",
-        );
-        k.expect(
-            &mut f,
-            "status subresource",
-            &[
-                "patch",
-                &resource,
-                "w1",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"replicas":4}}"#,
-            ],
-            None,
-            "patched",
-        );
-        k.expect(
-            &mut f,
-            "server-side apply",
-            &["apply", "--server-side", "-f", "-"],
-            Some(&widget(&group, "w4", "{size: 5}")),
-            "serverside-applied",
-        );
-        k.expect(
-            &mut f,
-            "delete the definition",
-            &["delete", "crd", &crd],
-            None,
-            "deleted",
-        );
-        k.refuse(&mut f, "the resource is gone", &["get", &resource], "");
-        failures.extend(f.into_iter().map(|m| format!("kubectl {version}: {m}")));
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
+                &[
+                    "explain",
+                    "widgets.spec.size",
+                    &format!("--api-version={group}/v1"),
+                ],
+                None,
+                "How big the widget is",
+            );
+            k.expect(
+                f,
+                "scale",
+                &["scale", &resource, "w1", "--replicas=4"],
+                None,
+                "scaled",
+            );
+            k.expect(
+                f,
+                "scaled",
+                &["get", &resource, "w1", "-o", "jsonpath={.spec.replicas}"],
+                None,
+                "4",
+            );
+            k.expect(
+                f,
+                "status subresource",
+                &[
+                    "patch",
+                    &resource,
+                    "w1",
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    r#"{"status":{"replicas":4}}"#,
+                ],
+                None,
+                "patched",
+            );
+            k.expect(
+                f,
+                "server-side apply",
+                &["apply", "--server-side", "-f", "-"],
+                Some(&widget(&group, "w4", "{size: 5}")),
+                "serverside-applied",
+            );
+            k.expect(
+                f,
+                "delete the definition",
+                &["delete", "crd", &crd],
+                None,
+                "deleted",
+            );
+            k.refuse(f, "the resource is gone", &["get", &resource], "");
+        },
     );
 }

@@ -142,3 +142,40 @@ impl Server {
         }
     }
 }
+
+/// Runs `check` with every installed kubectl against one `rudder server`,
+/// each version in the namespace `namespace(tag)` (`tag`: `1-33` for
+/// 1.33), collecting what fails; panics with every failure at the end.
+pub fn each_version<F>(namespace: impl Fn(&str) -> String, mut check: F)
+where
+    F: FnMut(&Kubectl<'_>, &str, &mut Vec<String>),
+{
+    let versions = versions();
+    if versions.is_empty() {
+        eprintln!("no kubectl under {KUBECTL_DIR}; nothing to check");
+        return;
+    }
+    let server = start();
+    let mut failures = Vec::new();
+    for (version, binary) in &versions {
+        let cache = tempfile::tempdir().expect("cache dir");
+        let tag = version.replace('.', "-");
+        let k = Kubectl {
+            binary,
+            kubeconfig: server.kubeconfig(),
+            cache: cache.path().to_path_buf(),
+            namespace: namespace(&tag),
+        };
+        server.wait_ready(&k);
+        let mut found = Vec::new();
+        check(&k, &tag, &mut found);
+        failures.extend(found.into_iter().map(|m| format!("kubectl {version}: {m}")));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    eprintln!("{} kubectl versions passed", versions.len());
+}
