@@ -200,6 +200,15 @@ spec:
     )
 }
 
+/// `kubectl get` of the web Deployment's first image.
+const IMAGE_OF_WEB: [&str; 5] = [
+    "get",
+    "deploy",
+    "web",
+    "-o",
+    "jsonpath={.spec.template.spec.containers[0].image}",
+];
+
 const PRUNABLE: &str = "apiVersion: v1
 kind: ConfigMap
 metadata: {name: p1, labels: {prune: set1}}
@@ -312,13 +321,7 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
             k.expect(
                 f,
                 "diff stored nothing",
-                &[
-                    "get",
-                    "deploy",
-                    "web",
-                    "-o",
-                    "jsonpath={.spec.template.spec.containers[0].image}",
-                ],
+                &IMAGE_OF_WEB,
                 None,
                 "registry.local/web:2",
             );
@@ -338,13 +341,7 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
             k.expect(
                 f,
                 "edit stored",
-                &[
-                    "get",
-                    "deploy",
-                    "web",
-                    "-o",
-                    "jsonpath={.spec.template.spec.containers[0].image}",
-                ],
+                &IMAGE_OF_WEB,
                 None,
                 "registry.local/web:edited",
             );
