@@ -222,7 +222,24 @@ pub fn prepare_create(
         root.remove("status");
     }
     crate::defaults::apply(def, object);
-    validate(def, object)
+    validate_change(def, object, None)
+}
+
+/// Validates a new object or an update of `old`: [`validate`], and a
+/// custom resource's CEL rules (transition rules on updates only).
+fn validate_change(def: &ResourceDef, object: &Value, old: Option<&Value>) -> Result<(), Status> {
+    validate(def, object)?;
+    if let Some(custom) = &def.custom {
+        let causes = crate::crd::cel::validate(&custom.schema, object, old);
+        if !causes.is_empty() {
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            return Err(Status::invalid(def.target(), name, causes));
+        }
+    }
+    Ok(())
 }
 
 /// Validates what every kind shares: its metadata.
@@ -354,7 +371,7 @@ pub fn prepare_update(
         new["metadata"]["generation"] = json!(generation + 1);
     }
     crate::defaults::apply(def, new);
-    validate(def, new)
+    validate_change(def, new, Some(old))
 }
 
 fn copy_field(to: &mut Value, from: &Value, field: &str) {

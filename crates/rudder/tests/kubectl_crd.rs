@@ -27,6 +27,9 @@ spec:
           spec:
             type: object
             required: [size]
+            x-kubernetes-validations:
+            - {{rule: "!has(self.replicas) || self.replicas <= 8", message: "at most 8 replicas"}}
+            - {{rule: "self.color == oldSelf.color", message: "color is immutable"}}
             properties:
               size: {{type: integer, minimum: 1, maximum: 10, description: "How big the widget is."}}
               color: {{type: string, enum: [red, blue], default: red}}
@@ -156,6 +159,31 @@ fn a_custom_resource_definition_with_kubectl() {
                 None,
                 "4",
             );
+            k.refuse(
+                f,
+                "a CEL rule",
+                &["scale", &resource, "w1", "--replicas=9"],
+                "at most 8 replicas",
+            );
+            k.refuse(
+                f,
+                "a CEL transition rule",
+                &[
+                    "patch",
+                    &resource,
+                    "w1",
+                    "--type=merge",
+                    "-p",
+                    r#"{"spec":{"color":"blue"}}"#,
+                ],
+                "color is immutable",
+            );
+            let broken = definition(&format!("broken.{group}"))
+                .replace("self.replicas <= 8", "self.replicas <=");
+            let (ok, out) = k.run(&["apply", "-f", "-"], Some(&broken));
+            if ok || !out.contains("compilation failed") {
+                f.push(format!("a rule that does not compile: ({ok}) {out}"));
+            }
             k.expect(
                 f,
                 "status subresource",

@@ -13,6 +13,7 @@ use crate::registry::{ResourceDef, STANDARD_VERBS, Subresource};
 use crate::status::Cause;
 use crate::structure::{Shape, Types};
 
+pub mod cel;
 pub mod schema;
 
 /// The finalizer that makes deleting a definition delete its objects first.
@@ -178,6 +179,13 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
     for (i, version) in versions.iter().enumerate() {
         if text(version, "/name").is_empty() {
             causes.push(Cause::required(format!("spec.versions[{i}].name")));
+        }
+        if let Some(schema) = version.pointer("/schema/openAPIV3Schema") {
+            cel::compile_errors(
+                schema,
+                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                &mut causes,
+            );
         }
         if let Some(schema) = version.pointer("/schema/openAPIV3Schema")
             && schema.get("type").and_then(Value::as_str) != Some("object")
