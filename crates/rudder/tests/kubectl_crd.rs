@@ -44,6 +44,13 @@ spec:
     additionalPrinterColumns:
     - {{name: Size, type: integer, jsonPath: .spec.size}}
     - {{name: Color, type: string, jsonPath: .spec.color}}
+  - name: v1beta1
+    served: true
+    storage: false
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
 "#
     )
 }
@@ -93,6 +100,19 @@ fn a_custom_resource_definition_with_kubectl() {
                 &["get", &resource],
                 None,
                 "NAME   SIZE   COLOR",
+            );
+            k.expect(
+                f,
+                "the same object through the other served version",
+                &[
+                    "get",
+                    &format!("widgets.v1beta1.{group}"),
+                    "w1",
+                    "-o",
+                    "jsonpath={.apiVersion} {.spec.size}",
+                ],
+                None,
+                &format!("{group}/v1beta1 3"),
             );
             k.expect(
                 f,

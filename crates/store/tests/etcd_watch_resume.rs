@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rudder_store::etcd::{EtcdConfig, EtcdStore};
 use rudder_store::testing::EtcdServer;
-use rudder_store::testing::suite::collect_events;
+use rudder_store::testing::suite::{collect_at_least, collect_events};
 use rudder_store::{Error, Store, WatchRequest};
 
 async fn create_retrying(store: &EtcdStore, key: &str) -> u64 {
@@ -37,16 +37,18 @@ async fn watch_resumes_across_an_etcd_restart_without_loss_or_repeats() {
     for i in 0..30 {
         written.push(create_retrying(&store, &format!("/w/before/{i:02}")).await);
     }
-    // Take some of the events now, so the watcher has a position to resume from.
-    let first = collect_events(&mut watch, 10).await;
+    // Take some of the events now (etcd may deliver them in one batch), so
+    // the watcher has a position to resume from.
+    let first = collect_at_least(&mut watch, 10).await;
 
     server.restart().await.expect("restart etcd");
     for i in 0..30 {
         written.push(create_retrying(&store, &format!("/w/after/{i:02}")).await);
     }
 
+    let remaining = written.len() - first.len();
     let mut events = first;
-    events.extend(collect_events(&mut watch, 50).await);
+    events.extend(collect_events(&mut watch, remaining).await);
     let seen: Vec<u64> = events.iter().map(|e| e.revision()).collect();
     assert_eq!(
         seen, written,

@@ -23,8 +23,16 @@ fn b(s: &str) -> Bytes {
 const WAIT: Duration = Duration::from_secs(20);
 
 /// Receives events from `watch` until `count` have arrived, skipping progress
-/// notifications. Fails on an error or a silent stream.
+/// notifications. Fails on an error, a silent stream, or more events.
 pub async fn collect_events(watch: &mut WatchStream, count: usize) -> Vec<Event> {
+    let events = collect_at_least(watch, count).await;
+    assert_eq!(events.len(), count, "more events than expected: {events:?}");
+    events
+}
+
+/// Receives whole batches of events from `watch` until at least `count`
+/// have arrived (a batch may bring more), skipping progress notifications.
+pub async fn collect_at_least(watch: &mut WatchStream, count: usize) -> Vec<Event> {
     let mut events = Vec::new();
     while events.len() < count {
         let next = tokio::time::timeout(WAIT, watch.recv()).await;
@@ -37,7 +45,6 @@ pub async fn collect_events(watch: &mut WatchStream, count: usize) -> Vec<Event>
             Err(e) => panic!("watch failed: {e}"),
         }
     }
-    assert_eq!(events.len(), count, "more events than expected: {events:?}");
     events
 }
 
