@@ -89,6 +89,12 @@ async fn malformed_requests_are_statuses_and_store_nothing() {
         "UnsupportedMediaType",
     );
     assert_status(
+        &call(&state, post(cms, "application/yaml", "metadata: {name: [")).await,
+        400,
+        "BadRequest",
+    );
+
+    assert_status(
         &call(
             &state,
             post(cms, "application/vnd.kubernetes.protobuf", "k8s\0\x0a\x7f"),
@@ -209,4 +215,20 @@ async fn strict_field_validation_reports_duplicate_and_unknown_fields() {
     let warned = call(&state, post(cms, "application/json", body)).await;
     assert_eq!(warned.0, StatusCode::CREATED, "{:?}", warned.2);
     assert_eq!(warned.2["metadata"]["name"], "b");
+}
+
+#[tokio::test]
+async fn a_yaml_body_is_an_object_like_json() {
+    let (state, _store) = state(100).await;
+    let (code, _, created) = call(
+        &state,
+        post(
+            "/api/v1/namespaces/default/configmaps",
+            "application/yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-yaml}\ndata: {a: \"1\"}\n",
+        ),
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{created}");
+    assert_eq!(created["data"]["a"], "1");
 }

@@ -436,6 +436,21 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
                 None,
                 "serverside-applied",
             );
+            let ssa7 = file("ssa7", &ssa_deployment("ssa", 7));
+            k.expect(
+                f,
+                "server-side apply, dry run",
+                &[
+                    "apply",
+                    "--server-side",
+                    "--force-conflicts",
+                    "--dry-run=server",
+                    "-f",
+                    &ssa7,
+                ],
+                None,
+                "serverside-applied (server dry run)",
+            );
             k.expect(
                 f,
                 "forced value stored",

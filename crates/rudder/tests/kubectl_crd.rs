@@ -226,6 +226,60 @@ fn a_custom_resource_definition_with_kubectl() {
                 Some(&widget(&group, "w4", "{size: 5}")),
                 "serverside-applied",
             );
+            // A cluster-scoped definition.
+            let cluster = definition(&group)
+                .replace("widgets", "gizmos")
+                .replace("widget", "gizmo")
+                .replace("Widget", "Gizmo")
+                .replace("shortNames: [wd]", "shortNames: [gz]")
+                .replace("scope: Namespaced", "scope: Cluster");
+            k.expect(
+                f,
+                "a cluster-scoped definition",
+                &["apply", "-f", "-"],
+                Some(&cluster),
+                "created",
+            );
+            k.expect(
+                f,
+                "established",
+                &[
+                    "wait",
+                    "--for",
+                    "condition=established",
+                    &format!("crd/gizmos.{group}"),
+                    "--timeout=20s",
+                ],
+                None,
+                "condition met",
+            );
+            let gizmo = widget(&group, "g1", "{size: 1}").replace("Widget", "Gizmo");
+            k.expect(
+                f,
+                "a cluster-scoped object",
+                &["apply", "-f", "-"],
+                Some(&gizmo),
+                "created",
+            );
+            k.expect(
+                f,
+                "listed without a namespace",
+                &[
+                    "get",
+                    &format!("gizmos.{group}"),
+                    "-o",
+                    "jsonpath={.items[*].metadata.name}/{.items[*].metadata.namespace}",
+                ],
+                None,
+                "g1/",
+            );
+            k.expect(
+                f,
+                "delete it",
+                &["delete", "crd", &format!("gizmos.{group}")],
+                None,
+                "deleted",
+            );
             k.expect(
                 f,
                 "delete the definition",

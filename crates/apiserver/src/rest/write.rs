@@ -31,8 +31,8 @@ pub fn parse_json(body: &Bytes) -> Result<Value, Status> {
         .map_err(|e| Status::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
-/// The object a request body carries: JSON, or Kubernetes protobuf as
-/// kubectl 1.32+ sends it.
+/// The object a request body carries: JSON, YAML, or Kubernetes protobuf
+/// as kubectl 1.32+ sends it.
 pub fn object_body(ctx: &Context, body: &Bytes) -> Result<Value, Status> {
     object_body_checked(ctx, body).map(|(value, _)| value)
 }
@@ -45,6 +45,12 @@ pub fn object_body_checked(ctx: &Context, body: &Bytes) -> Result<(Value, Vec<St
                 Status::bad_request(format!("the request body is not valid JSON: {e}"))
             })?;
             Ok((parsed.value, parsed.duplicates))
+        }
+        "application/yaml" => {
+            let value: Value = serde_yaml_ng::from_slice(body).map_err(|e| {
+                Status::bad_request(format!("the request body is not valid YAML: {e}"))
+            })?;
+            Ok((value, Vec::new()))
         }
         "application/vnd.kubernetes.protobuf" => {
             rudder_api::protobuf::decode(&ctx.state.registry(), body)
