@@ -94,8 +94,22 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
     let mut registry = base.clone();
     let mut taken: BTreeSet<(String, String)> = BTreeSet::new();
     let mut changed = false;
+    // Names already accepted stay with their definition: those claim first,
+    // then newcomers in the order they were created.
+    let mut definitions = Vec::with_capacity(page.kvs.len());
     for kv in &page.kvs {
-        let mut object = decode(kv).map_err(|s| anyhow::anyhow!(s.message))?;
+        let object = decode(kv).map_err(|s| anyhow::anyhow!(s.message))?;
+        let accepted = object
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "NamesAccepted" && c["status"] == "True")
+            });
+        definitions.push((!accepted, kv.create_revision, kv, object));
+    }
+    definitions.sort_by_key(|(newcomer, created, _, _)| (*newcomer, *created));
+    for (_, _, kv, mut object) in definitions {
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)

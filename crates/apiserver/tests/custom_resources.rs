@@ -187,6 +187,58 @@ async fn a_derived_custom_resource_round_trips() {
         kept.data
     );
 
+    // A second definition claiming the same kind in the group is not
+    // accepted, and its resource is not served; the first keeps its names
+    // even though the second comes first in the store.
+    let mut rival = Gadget::crd();
+    rival.metadata.name = Some("aardvarks.rudder.example.com".into());
+    rival.spec.names.plural = "aardvarks".into();
+    rival.spec.names.singular = Some("aardvark".into());
+    rival.spec.names.short_names = None;
+    crds.create(&PostParams::default(), &rival)
+        .await
+        .expect("create the rival");
+    let mut accepted = None;
+    for _ in 0..100 {
+        let got = crds.get("aardvarks.rudder.example.com").await.expect("get");
+        accepted = got
+            .status
+            .and_then(|s| s.conditions)
+            .and_then(|c| c.into_iter().find(|c| c.type_ == "NamesAccepted"));
+        if accepted.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let accepted = accepted.expect("a NamesAccepted condition");
+    assert_eq!(accepted.status, "False", "{accepted:?}");
+    assert_eq!(accepted.reason.as_deref(), Some("NameConflict"));
+    let rivals: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::discovery::ApiResource {
+            plural: "aardvarks".into(),
+            ..kube::discovery::ApiResource::erase::<Gadget>(&())
+        },
+    );
+    match rivals.list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 404),
+        other => panic!("a rejected definition is served: {other:?}"),
+    }
+    // The established definition kept its names (the rival sorts first).
+    assert_eq!(
+        gadgets
+            .list(&ListParams::default())
+            .await
+            .expect("still served")
+            .items
+            .len(),
+        2
+    );
+    crds.delete("aardvarks.rudder.example.com", &DeleteParams::default())
+        .await
+        .expect("delete the rival");
+
     // Deleting the definition deletes its objects and the resource.
     crds.delete("gadgets.rudder.example.com", &DeleteParams::default())
         .await
