@@ -167,6 +167,80 @@ apiVersion: networking.k8s.io/v1
 kind: IngressClass
 metadata: {name: "ic-{v}", labels: {tier: "{tier}"}}
 spec: {controller: example.com/ingress}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: rs, labels: {tier: "{tier}"}}
+spec:
+  selector: {matchLabels: {app: rs}}
+  template:
+    metadata: {labels: {app: rs}}
+    spec: {containers: [{name: c, image: registry.local/rs:1}]}
+---
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: rc, labels: {tier: "{tier}"}}
+spec:
+  selector: {app: rc}
+  template:
+    metadata: {labels: {app: rc}}
+    spec: {containers: [{name: c, image: registry.local/rc:1}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: pod, labels: {tier: "{tier}"}}
+spec: {containers: [{name: c, image: registry.local/pod:1, ports: [{containerPort: 80}]}]}
+---
+apiVersion: v1
+kind: PodTemplate
+metadata: {name: pt, labels: {tier: "{tier}"}}
+template:
+  spec: {containers: [{name: c, image: registry.local/pt:1}]}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: ep, labels: {tier: "{tier}"}}
+subsets: [{addresses: [{ip: 10.42.0.5}], ports: [{name: http, port: 8080}]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: eps, labels: {tier: "{tier}"}}
+addressType: IPv4
+endpoints: [{addresses: [10.42.0.6]}]
+ports: [{name: http, port: 8080}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "crb-{v}", labels: {tier: "{tier}"}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "cr-{v}"}
+subjects: [{kind: ServiceAccount, name: sa, namespace: default}]
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: "rt-{v}", labels: {tier: "{tier}"}}
+handler: runc
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: "pv-{v}", labels: {tier: "{tier}"}}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  hostPath: {path: /tmp/pv}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: "extra-{v}", labels: {tier: "{tier}"}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: "vwc-{v}", labels: {tier: "{tier}"}}
+webhooks: []
+---
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata: {name: "csi-{v}.example.com", labels: {tier: "{tier}"}}
+spec: {attachRequired: false}
 "#;
 
 fn kinds(version_tag: &str, tier: &str) -> String {
