@@ -22,6 +22,8 @@ use tokio_util::sync::CancellationToken;
 const HISTORY: usize = 10_000;
 /// Live events buffered per resource before a slow watcher is cut off.
 const BROADCAST: usize = 4_096;
+/// The same, per trigger value.
+const TRIGGERED: usize = 256;
 /// How long a read waits for the cache to reach a revision.
 const CATCH_UP: Duration = Duration::from_secs(3);
 
@@ -118,6 +120,11 @@ struct Contents {
     ready: bool,
 }
 
+/// The field whose value routes events to the watchers that select it
+/// (upstream's watch-cache trigger for pods: a kubelet watches the pods of
+/// its node, and should not be woken for everyone else's).
+pub const TRIGGER_FIELD: &str = "spec.nodeName";
+
 /// The cache of one resource (every namespace).
 #[derive(Debug)]
 pub struct Cache {
@@ -125,7 +132,11 @@ pub struct Cache {
     /// The kind's selectable fields beyond name and namespace.
     fields: &'static [&'static str],
     contents: RwLock<Contents>,
+    /// Every event, for watchers without a trigger.
     events: broadcast::Sender<Arc<CachedEvent>>,
+    /// The events of the objects whose trigger field has a value (before or
+    /// after the change), for the watchers that select that value.
+    triggered: Mutex<HashMap<String, broadcast::Sender<Arc<CachedEvent>>>>,
     revision: watch::Sender<u64>,
     progress: tokio::sync::Notify,
 }
@@ -199,8 +210,26 @@ impl Cache {
     /// The live feed is subscribed before the replay or snapshot is taken,
     /// so nothing falls between them; what both carry is skipped by
     /// revision (`after`).
-    pub fn subscribe(&self, from: Option<u64>, prefix: &str) -> Option<Subscription> {
-        let live = self.events.subscribe();
+    ///
+    /// With a `trigger` (the value a watcher selects of [`TRIGGER_FIELD`],
+    /// on a kind that has it), the live feed carries only the events of
+    /// objects that have or had that value.
+    pub fn subscribe(
+        &self,
+        from: Option<u64>,
+        prefix: &str,
+        trigger: Option<&str>,
+    ) -> Option<Subscription> {
+        let live = match trigger.filter(|_| self.fields.contains(&TRIGGER_FIELD)) {
+            Some(value) => self
+                .triggered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(value.to_string())
+                .or_insert_with(|| broadcast::channel(TRIGGERED).0)
+                .subscribe(),
+            None => self.events.subscribe(),
+        };
         match from {
             Some(rv) => {
                 let contents = self.contents.read().unwrap_or_else(|e| e.into_inner());
@@ -360,7 +389,7 @@ impl Cache {
                 Some(Ok(WatchResponse::Events(events))) => {
                     for event in &events {
                         if let Some(cached) = self.apply(event) {
-                            let _ = self.events.send(cached);
+                            self.dispatch(cached);
                         }
                     }
                     if let Some(last) = events.last() {
@@ -371,8 +400,42 @@ impl Cache {
                     if self.advance(revision) {
                         self.revision.send_replace(revision);
                     }
-                    let _ = self.events.send(Arc::new(CachedEvent::Progress(revision)));
+                    let progress = Arc::new(CachedEvent::Progress(revision));
+                    let _ = self.events.send(progress.clone());
+                    let mut triggered = self.triggered.lock().unwrap_or_else(|e| e.into_inner());
+                    triggered.retain(|_, channel| channel.send(progress.clone()).is_ok());
                 }
+            }
+        }
+    }
+
+    /// Sends a change to the watchers without a trigger, and to those of
+    /// the trigger values the object has or had.
+    fn dispatch(&self, event: Arc<CachedEvent>) {
+        let _ = self.events.send(event.clone());
+        let CachedEvent::Change { object, prev, .. } = event.as_ref() else {
+            return;
+        };
+        if !self.fields.contains(&TRIGGER_FIELD) {
+            return;
+        }
+        // A missing field selects as "" (the scheduler's `spec.nodeName=`).
+        let value_of = |c: &Cached| {
+            c.selectable
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let now = value_of(object);
+        let before = prev.as_deref().map(value_of).filter(|b| *b != now);
+        let mut triggered = self.triggered.lock().unwrap_or_else(|e| e.into_inner());
+        for value in std::iter::once(&now).chain(before.iter()) {
+            // A channel nobody listens to any more is dropped.
+            if let Some(channel) = triggered.get(value)
+                && channel.send(event.clone()).is_err()
+            {
+                triggered.remove(value);
             }
         }
     }
@@ -403,6 +466,7 @@ impl Caches {
             fields,
             contents: RwLock::new(Contents::default()),
             events,
+            triggered: Mutex::new(HashMap::new()),
             revision: watch::channel(0).0,
             progress: tokio::sync::Notify::new(),
         });

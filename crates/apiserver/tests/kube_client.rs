@@ -708,3 +708,87 @@ async fn older_and_newer_versions_serve_the_same_objects() {
         2
     );
 }
+
+/// Kubelets watch the pods of their node and the scheduler the pods of no
+/// node: the watch cache routes each pod's events by `spec.nodeName`, and
+/// a binding moves a pod from one watcher's view to the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_name_watches_see_only_their_pods() {
+    use k8s_openapi::api::core::v1::{Binding, Pod};
+    let server = support::start(Backend::Embedded).await;
+    let pods: Api<Pod> = Api::namespaced(server.client.clone(), "default");
+    let rv = pods
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv");
+    let mut node_a = pods
+        .watch(&WatchParams::default().fields("spec.nodeName=node-a"), &rv)
+        .await
+        .expect("watch node-a")
+        .boxed();
+    let mut unscheduled = pods
+        .watch(&WatchParams::default().fields("spec.nodeName="), &rv)
+        .await
+        .expect("watch unscheduled")
+        .boxed();
+    let pod = |name: &str, node: Option<&str>| -> Pod {
+        let mut spec = json!({"containers": [{"name": "c", "image": "i"}]});
+        if let Some(node) = node {
+            spec["nodeName"] = json!(node);
+        }
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
+    };
+    pods.create(&PostParams::default(), &pod("elsewhere", Some("node-b")))
+        .await
+        .expect("create on node-b");
+    pods.create(&PostParams::default(), &pod("waiting", None))
+        .await
+        .expect("create unscheduled");
+    let binding: Binding = serde_json::from_value(json!({
+        "metadata": {"name": "waiting"},
+        "target": {"kind": "Node", "name": "node-a"}
+    }))
+    .expect("binding");
+    pods.create_subresource::<Binding, serde_json::Value>(
+        "binding",
+        "waiting",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .expect("bind");
+    pods.create(&PostParams::default(), &pod("direct", Some("node-a")))
+        .await
+        .expect("create on node-a");
+
+    let name = |event: WatchEvent<Pod>| match event {
+        WatchEvent::Added(p) => format!("ADDED {}", p.metadata.name.unwrap_or_default()),
+        WatchEvent::Deleted(p) => format!("DELETED {}", p.metadata.name.unwrap_or_default()),
+        WatchEvent::Modified(p) => format!("MODIFIED {}", p.metadata.name.unwrap_or_default()),
+        other => format!("{other:?}"),
+    };
+    let mut seen_a = Vec::new();
+    while seen_a.len() < 2 {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), node_a.try_next())
+            .await
+            .expect("an event in time")
+            .expect("event")
+            .expect("not ended");
+        seen_a.push(name(event));
+    }
+    assert_eq!(seen_a, vec!["ADDED waiting", "ADDED direct"]);
+    let mut seen_unscheduled = Vec::new();
+    while seen_unscheduled.len() < 2 {
+        let event =
+            tokio::time::timeout(std::time::Duration::from_secs(10), unscheduled.try_next())
+                .await
+                .expect("an event in time")
+                .expect("event")
+                .expect("not ended");
+        seen_unscheduled.push(name(event));
+    }
+    assert_eq!(seen_unscheduled, vec!["ADDED waiting", "DELETED waiting"]);
+}

@@ -192,9 +192,17 @@ pub async fn watch(ctx: Context) -> ApiResult {
 
     // From the watch cache when its history reaches back to the start.
     let cache = ctx.state.cache(&def);
+    // A watcher that selects one value of the trigger field (a kubelet's
+    // `spec.nodeName=<node>`) is sent only those objects' events.
+    let trigger = selectors
+        .fields
+        .requirements
+        .iter()
+        .find(|r| r.equal && r.field == crate::cache::TRIGGER_FIELD)
+        .map(|r| r.value.clone());
     if !def.converts()
         && cache.wait_for(0).await.is_ok()
-        && let Some(subscription) = cache.subscribe(start, &prefix)
+        && let Some(subscription) = cache.subscribe(start, &prefix, trigger.as_deref())
     {
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
         let follow = Follow {
