@@ -764,31 +764,35 @@ async fn node_name_watches_see_only_their_pods() {
         .await
         .expect("create on node-a");
 
-    let name = |event: WatchEvent<Pod>| match event {
-        WatchEvent::Added(p) => format!("ADDED {}", p.metadata.name.unwrap_or_default()),
-        WatchEvent::Deleted(p) => format!("DELETED {}", p.metadata.name.unwrap_or_default()),
-        WatchEvent::Modified(p) => format!("MODIFIED {}", p.metadata.name.unwrap_or_default()),
-        other => format!("{other:?}"),
-    };
-    let mut seen_a = Vec::new();
-    while seen_a.len() < 2 {
-        let event = tokio::time::timeout(std::time::Duration::from_secs(10), node_a.try_next())
+    assert_eq!(
+        next_events(&mut node_a, 2).await,
+        vec!["ADDED waiting", "ADDED direct"]
+    );
+    assert_eq!(
+        next_events(&mut unscheduled, 2).await,
+        vec!["ADDED waiting", "DELETED waiting"]
+    );
+}
+
+/// The next `n` events of a pod watch, as `ADDED <name>`.
+async fn next_events<S>(watch: &mut S, n: usize) -> Vec<String>
+where
+    S: futures::Stream<Item = Result<WatchEvent<k8s_openapi::api::core::v1::Pod>, kube::Error>>
+        + Unpin,
+{
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), watch.try_next())
             .await
             .expect("an event in time")
             .expect("event")
             .expect("not ended");
-        seen_a.push(name(event));
+        seen.push(match event {
+            WatchEvent::Added(p) => format!("ADDED {}", p.metadata.name.unwrap_or_default()),
+            WatchEvent::Deleted(p) => format!("DELETED {}", p.metadata.name.unwrap_or_default()),
+            WatchEvent::Modified(p) => format!("MODIFIED {}", p.metadata.name.unwrap_or_default()),
+            other => format!("{other:?}"),
+        });
     }
-    assert_eq!(seen_a, vec!["ADDED waiting", "ADDED direct"]);
-    let mut seen_unscheduled = Vec::new();
-    while seen_unscheduled.len() < 2 {
-        let event =
-            tokio::time::timeout(std::time::Duration::from_secs(10), unscheduled.try_next())
-                .await
-                .expect("an event in time")
-                .expect("event")
-                .expect("not ended");
-        seen_unscheduled.push(name(event));
-    }
-    assert_eq!(seen_unscheduled, vec!["ADDED waiting", "DELETED waiting"]);
+    seen
 }
