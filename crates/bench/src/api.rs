@@ -338,7 +338,17 @@ async fn watch_fanout(
         delays.len()
     );
     delays.sort_unstable();
-    Ok(percentile(&delays, 0.99).as_secs_f64() * 1000.0)
+    let ms = |p: f64| percentile(&delays, p).as_secs_f64() * 1000.0;
+    eprintln!(
+        "  {mode:?} delivery: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} of {} over 50 ms",
+        ms(0.5),
+        ms(0.9),
+        ms(0.99),
+        ms(1.0),
+        delays.iter().filter(|d| d.as_millis() > 50).count(),
+        delays.len()
+    );
+    Ok(ms(0.99))
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
