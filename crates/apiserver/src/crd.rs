@@ -93,7 +93,6 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
         .await?;
     let mut registry = base.clone();
     let mut taken: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut changed = false;
     // Names already accepted stay with their definition: those claim first,
     // then newcomers in the order they were created.
     let mut definitions = Vec::with_capacity(page.kvs.len());
@@ -120,7 +119,6 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
             .is_some_and(|v| !v.is_null())
         {
             finish_deletion(state, &object, kv.key.as_ref(), kv.mod_revision).await?;
-            changed = true;
             continue;
         }
         let group = text(&object, "/spec/group").to_string();
@@ -148,15 +146,12 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
                 .store
                 .update(kv.key.as_ref(), encode(&object), kv.mod_revision)
                 .await?;
-            changed = true;
             tracing::info!(crd = %name, established = accepted, "CustomResourceDefinition status");
         }
     }
     state.set_registry(Arc::new(registry));
-    if changed {
-        // Our own writes are changes too: read again from after them.
-        return Ok(state.store.current_revision().await?);
-    }
+    // Follow from the revision read: our own writes come back as events (a
+    // pass that changes nothing), and nobody else's change can slip between.
     Ok(page.revision)
 }
 

@@ -153,6 +153,31 @@ async fn a_derived_custom_resource_round_trips() {
         gadgets.get("one").await.expect("get").spec.replicas,
         Some(5)
     );
+    // Server-side apply of a Scale owns the parent's replicas field.
+    let scale_config = |n: i32| json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "one"}, "spec": {"replicas": n}});
+    let applied_scale = gadgets
+        .patch_scale(
+            "one",
+            &PatchParams::apply("autoscaler").force(),
+            &Patch::Apply(scale_config(6)),
+        )
+        .await
+        .expect("apply a scale");
+    assert_eq!(applied_scale.spec.and_then(|s| s.replicas), Some(6));
+    match gadgets
+        .patch_scale(
+            "one",
+            &PatchParams::apply("someone-else"),
+            &Patch::Apply(scale_config(7)),
+        )
+        .await
+    {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 409, "{status:?}");
+            assert!(status.message.contains("autoscaler"), "{}", status.message);
+        }
+        other => panic!("a conflicting scale apply was accepted: {other:?}"),
+    }
 
     // Validation against the generated schema, and pruning.
     let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(

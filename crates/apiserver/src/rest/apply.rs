@@ -120,7 +120,7 @@ pub fn is_apply(ctx: &Context) -> bool {
 }
 
 /// Reads an apply body: YAML (JSON being YAML), one object.
-fn parse_config(body: &Bytes) -> Result<Value, Status> {
+pub(super) fn parse_config(body: &Bytes) -> Result<Value, Status> {
     let value: Value = serde_yaml_ng::from_slice(body)
         .map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?;
     if !value.is_object() {
@@ -211,7 +211,7 @@ pub fn check_patch_options(ctx: &Context) -> Result<(), Status> {
 /// what its client-side apply set are taken over, and the client-side
 /// apply annotation, where the object has one, follows the configuration
 /// (upstream's last-applied manager and updater).
-fn apply_to(
+pub(super) fn apply_to(
     scope: &Scope<'_>,
     live: Option<&Value>,
     config: &Value,

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::write::{
     apply_patch, check_fields, object_body, parse_json, patch_part, update_object, update_with,
 };
-use super::{Context, Verb};
+use super::{Context, Verb, apply};
 use crate::response::{ApiResult, json_response};
 
 pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) -> ApiResult {
@@ -33,6 +33,7 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
             let scale = object_body(ctx, &body)?;
             update_scale(ctx, |_| Ok(scale.clone())).await
         }
+        ("scale", Verb::Patch) if apply::is_apply(ctx) => apply_scale(ctx, &body).await,
         ("scale", Verb::Patch) => {
             let patch = parse_json(&body)?;
             update_scale(ctx, |current| {
@@ -83,6 +84,41 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
         ))
         .into()),
     }
+}
+
+/// Server-side apply of a `Scale`: an apply of the parent's replicas field
+/// by the manager, recorded with subresource `scale` (conflicts with whoever
+/// owns the parent's replicas, as upstream).
+async fn apply_scale(ctx: &Context, body: &Bytes) -> ApiResult {
+    apply::check_patch_options(ctx)?;
+    let manager = apply::field_manager(ctx, "PatchOptions")?;
+    let force = ctx.params.get("force") == Some("true");
+    let config = apply::parse_config(body)?;
+    let (api, kind) = (
+        config.get("apiVersion").and_then(Value::as_str),
+        config.get("kind").and_then(Value::as_str),
+    );
+    if (api, kind) != (Some("autoscaling/v1"), Some("Scale")) {
+        return Err(Status::bad_request(
+            "an apply to the scale subresource takes an autoscaling/v1 Scale",
+        )
+        .into());
+    }
+    let def = ctx.def();
+    let api_version = def.api_version();
+    let mut parent =
+        json!({"apiVersion": api_version, "kind": def.kind, "metadata": {"name": ctx.name()}});
+    if let Some(replicas) = config.pointer("/spec/replicas") {
+        crd::set_path(&mut parent, replicas_path(def), replicas.clone());
+    }
+    let now = super::objects::now();
+    let mut scope = apply::scope(ctx, Part::Main, &api_version, &now);
+    scope.subresource = "scale";
+    let object = update_object(ctx, Part::Main, |old| {
+        apply::apply_to(&scope, Some(old), &parent, &manager, force)
+    })
+    .await?;
+    Ok(json_response(StatusCode::OK, &scale_of(def, &object)))
 }
 
 /// Where a resource keeps its replicas: `.spec.replicas` for workloads,
