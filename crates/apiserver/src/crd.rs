@@ -108,7 +108,7 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
         definitions.push((!accepted, kv.create_revision, kv, object));
     }
     definitions.sort_by_key(|(newcomer, created, _, _)| (*newcomer, *created));
-    for (_, _, kv, mut object) in definitions {
+    for (_, _, kv, object) in definitions {
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -141,10 +141,9 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
             }
         }
         if let Some(updated) = with_status(&object, wanted) {
-            object = updated;
             state
                 .store
-                .update(kv.key.as_ref(), encode(&object), kv.mod_revision)
+                .update(kv.key.as_ref(), encode(&updated), kv.mod_revision)
                 .await?;
             tracing::info!(crd = %name, established = accepted, "CustomResourceDefinition status");
         }
