@@ -107,6 +107,33 @@ impl<'de> Visitor<'de> for Node<'_> {
     }
 }
 
+/// Sets `value` at `path` (field names) in `target`, making objects on the
+/// way (and replacing what is not an object).
+pub fn set_at(target: &mut Value, path: &[&str], value: Value) {
+    let Some((last, parents)) = path.split_last() else {
+        *target = value;
+        return;
+    };
+    let mut current = target;
+    for part in parents {
+        if !current.is_object() {
+            *current = Value::Object(Map::new());
+        }
+        let Some(map) = current.as_object_mut() else {
+            return;
+        };
+        current = map
+            .entry((*part).to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    if !current.is_object() {
+        *current = Value::Object(Map::new());
+    }
+    if let Some(map) = current.as_object_mut() {
+        map.insert((*last).to_string(), value);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -415,21 +415,8 @@ pub fn json_path<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
 /// Sets the value at a simple dotted path (`.spec.replicas`), creating
 /// objects on the way.
 pub fn set_path(object: &mut Value, path: &str, value: Value) {
-    let mut current = object;
     let parts: Vec<&str> = path.trim_start_matches('.').split('.').collect();
-    for (i, part) in parts.iter().enumerate() {
-        if !current.is_object() {
-            *current = json!({});
-        }
-        let Some(map) = current.as_object_mut() else {
-            return;
-        };
-        if i == parts.len() - 1 {
-            map.insert((*part).to_string(), value);
-            return;
-        }
-        current = map.entry((*part).to_string()).or_insert_with(|| json!({}));
-    }
+    crate::json::set_at(object, &parts, value);
 }
 
 #[cfg(test)]
