@@ -96,6 +96,8 @@ pub enum CachedEvent {
         /// at the delete's revision.
         object: Arc<Cached>,
         prev: Option<Arc<Cached>>,
+        /// When the cache received the change from the store.
+        received: std::time::Instant,
     },
     /// Nothing is pending up to this revision.
     Progress(u64),
@@ -280,6 +282,7 @@ impl Cache {
             revision,
             object: object.clone(),
             prev,
+            received: std::time::Instant::now(),
         });
         let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
         match event.kind {

@@ -41,16 +41,25 @@ impl Histogram {
     }
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let (sep, set) = if labels.is_empty() {
+            ("", String::new())
+        } else {
+            (",", format!("{{{labels}}}"))
+        };
         for (i, bound) in BUCKETS.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "{name}_bucket{{{labels},le=\"{bound}\"}} {}",
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {}",
                 self.counts.get(i).copied().unwrap_or(0)
             );
         }
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let _ = writeln!(out, "{name}_sum{set} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{set} {}", self.count);
     }
 }
 
@@ -62,6 +71,7 @@ pub struct Metrics {
     watches: Mutex<BTreeMap<String, i64>>,
     store: Mutex<BTreeMap<(String, String), Histogram>>,
     rejected: AtomicU64,
+    delivery: Mutex<Histogram>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -87,6 +97,12 @@ impl Metrics {
             metrics: self.clone(),
             resource: resource.to_string(),
         }
+    }
+
+    /// One watch event handed to its watcher's response, `took` after the
+    /// watch cache received it from the store.
+    pub fn watch_delivery(&self, took: Duration) {
+        lock(&self.delivery).observe(took.as_secs_f64());
     }
 
     pub fn rejected(&self) {
@@ -134,6 +150,8 @@ impl Metrics {
             "apiserver_rejected_requests_total {}",
             self.rejected.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP rudder_watch_delivery_seconds Time from the watch cache receiving a change to a watcher's response taking its event, for watches served from the cache.\n# TYPE rudder_watch_delivery_seconds histogram\n");
+        lock(&self.delivery).render(&mut out, "rudder_watch_delivery_seconds", "");
         out.push_str("# HELP rudder_store_request_duration_seconds Store request latency in seconds by operation and resource.\n# TYPE rudder_store_request_duration_seconds histogram\n");
         for ((operation, kind), h) in lock(&self.store).iter() {
             h.render(
@@ -255,8 +273,11 @@ mod tests {
         metrics.request("create", "pods", 201, Duration::from_millis(3));
         metrics.request("create", "pods", 201, Duration::from_millis(30));
         let guard = metrics.watch("pods");
+        metrics.watch_delivery(Duration::from_millis(2));
         let text = metrics.render(3);
         assert!(text.contains("apiserver_current_inflight_requests 3"));
+        assert!(text.contains("rudder_watch_delivery_seconds_bucket{le=\"0.0025\"} 1"));
+        assert!(text.contains("rudder_watch_delivery_seconds_count 1"));
         assert!(
             text.contains(
                 "apiserver_request_total{verb=\"create\",resource=\"pods\",code=\"201\"} 2"

@@ -213,6 +213,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
             timeout,
             shutdown,
             tx,
+            metrics: ctx.state.metrics.clone(),
         };
         tokio::spawn(follow.cached(subscription));
         return Ok(stream_response(rx, output));
@@ -350,6 +351,7 @@ struct Follow {
     timeout: Duration,
     shutdown: tokio_util::sync::CancellationToken,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl Follow {
@@ -418,10 +420,13 @@ impl Follow {
             if event.revision() <= after {
                 continue;
             }
-            if let Some(line) = self.line(&event)
-                && !self.send(line).await
-            {
-                return;
+            if let Some(line) = self.line(&event) {
+                if !self.send(line).await {
+                    return;
+                }
+                if let CachedEvent::Change { received, .. } = event.as_ref() {
+                    self.metrics.watch_delivery(received.elapsed());
+                }
             }
         }
     }
