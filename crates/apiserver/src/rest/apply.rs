@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::Context;
 use super::objects::now;
 use super::write::{check_fields, create_object, update_checked};
-use crate::response::ApiResult;
+use crate::response::{ApiError, ApiResult};
 
 /// The longest field manager name upstream accepts.
 const MAX_MANAGER: usize = 128;
@@ -67,16 +67,6 @@ pub fn field_manager(ctx: &Context, options_kind: &str) -> Result<String, Status
         .collect())
 }
 
-/// The `apiVersion` of the served resource.
-pub fn api_version(ctx: &Context) -> String {
-    let def = ctx.def();
-    if def.group.is_empty() {
-        def.version.clone()
-    } else {
-        format!("{}/{}", def.group, def.version)
-    }
-}
-
 /// What managed fields need for a write of `part` of the resource.
 pub fn scope<'a>(ctx: &'a Context, part: Part, api_version: &'a str, now: &'a str) -> Scope<'a> {
     let (types, root) = match &ctx.def().custom {
@@ -109,7 +99,7 @@ pub fn record_update(
     new: &mut Value,
 ) -> Result<(), Status> {
     let manager = field_manager(ctx, "UpdateOptions")?;
-    let (api_version, now) = (api_version(ctx), now());
+    let (api_version, now) = (ctx.def().api_version(), now());
     managed::update(&scope(ctx, part, &api_version, &now), old, new, &manager);
     Ok(())
 }
@@ -120,7 +110,7 @@ pub fn is_apply(ctx: &Context) -> bool {
 }
 
 /// Reads an apply body: YAML (JSON being YAML), one object.
-pub(super) fn parse_config(body: &Bytes) -> Result<Value, Status> {
+fn parse_config(body: &Bytes) -> Result<Value, Status> {
     let value: Value = serde_yaml_ng::from_slice(body)
         .map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?;
     if !value.is_object() {
@@ -135,7 +125,7 @@ pub(super) fn parse_config(body: &Bytes) -> Result<Value, Status> {
 /// the endpoint's, its name the URL's, and it carries no managed fields.
 fn check_config(ctx: &Context, config: &Value) -> Result<(), Status> {
     let def = ctx.def();
-    let want = api_version(ctx);
+    let want = def.api_version();
     let api = config
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -260,32 +250,50 @@ pub(super) fn apply_to(
     Ok(result)
 }
 
-/// `PATCH` with an apply configuration: creates the object when absent,
-/// else merges the configuration into it.
+/// What an apply request brings: its field manager, whether it forces,
+/// and the configuration (checked options, parsed body).
+pub(super) struct ApplyRequest {
+    pub manager: String,
+    pub force: bool,
+    pub config: Value,
+}
+
+impl ApplyRequest {
+    pub(super) fn read(ctx: &Context, body: &Bytes) -> Result<ApplyRequest, Status> {
+        check_patch_options(ctx)?;
+        Ok(ApplyRequest {
+            manager: field_manager(ctx, "PatchOptions")?,
+            force: ctx.params.get("force") == Some("true"),
+            config: parse_config(body)?,
+        })
+    }
+}
+
+/// `PATCH` with an apply configuration: merges the configuration into the
+/// object, or creates it when it is absent.
 pub async fn serve(ctx: &Context, body: Bytes, part: Part) -> ApiResult {
-    check_patch_options(ctx)?;
-    let manager = field_manager(ctx, "PatchOptions")?;
-    let force = ctx.params.get("force") == Some("true");
-    let config = parse_config(&body)?;
+    let ApplyRequest {
+        manager,
+        force,
+        config,
+    } = ApplyRequest::read(ctx, &body)?;
     check_config(ctx, &config)?;
-    let (api_version, now) = (api_version(ctx), now());
+    let (api_version, now) = (ctx.def().api_version(), now());
     let scope = scope(ctx, part, &api_version, &now);
 
-    let exists = match ctx.current().await {
-        Ok(_) => true,
-        Err(status) if status.code == 404 => false,
-        Err(status) => return Err(status.into()),
-    };
-    if !exists && part == Part::Main {
-        let mut object = apply_to(&scope, None, &config, &manager, force)?;
-        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert("name".into(), json!(ctx.name()));
-        }
-        let warnings = check_fields(ctx, &object)?;
-        return create_object(ctx, object, warnings).await;
-    }
-    update_checked(ctx, part, |old| {
+    let updated = update_checked(ctx, part, |old| {
         apply_to(&scope, Some(old), &config, &manager, force)
     })
-    .await
+    .await;
+    match updated {
+        Err(ApiError(status)) if status.code == 404 && part == Part::Main => {
+            let mut object = apply_to(&scope, None, &config, &manager, force)?;
+            if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("name".into(), json!(ctx.name()));
+            }
+            let warnings = check_fields(ctx, &object)?;
+            create_object(ctx, object, warnings).await
+        }
+        other => other,
+    }
 }

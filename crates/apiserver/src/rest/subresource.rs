@@ -90,10 +90,11 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
 /// by the manager, recorded with subresource `scale` (conflicts with whoever
 /// owns the parent's replicas, as upstream).
 async fn apply_scale(ctx: &Context, body: &Bytes) -> ApiResult {
-    apply::check_patch_options(ctx)?;
-    let manager = apply::field_manager(ctx, "PatchOptions")?;
-    let force = ctx.params.get("force") == Some("true");
-    let config = apply::parse_config(body)?;
+    let apply::ApplyRequest {
+        manager,
+        force,
+        config,
+    } = apply::ApplyRequest::read(ctx, body)?;
     let (api, kind) = (
         config.get("apiVersion").and_then(Value::as_str),
         config.get("kind").and_then(Value::as_str),
