@@ -134,6 +134,14 @@ pub fn set_at(target: &mut Value, path: &[&str], value: Value) {
     }
 }
 
+/// The string at a JSON pointer, or "" when there is none.
+pub fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

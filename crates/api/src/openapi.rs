@@ -468,7 +468,7 @@ fn schemas<'a>(
 
 /// A custom resource's schema as published: the version's
 /// `openAPIV3Schema` with the fields every object has.
-fn custom_schema(schema: &Value, flavor: Flavor) -> Value {
+pub(crate) fn custom_schema(schema: &Value, flavor: Flavor) -> Value {
     let mut out = schema.clone();
     if !out.is_object() {
         out = json!({"type": "object"});

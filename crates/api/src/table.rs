@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 
+use crate::json::str_at;
 use crate::registry::ResourceDef;
 use crate::time::{human_duration, parse_rfc3339};
 
@@ -187,12 +188,6 @@ pub fn column_definitions(def: &ResourceDef) -> Value {
             .map(|c| json!({"name": c.name, "type": c.kind, "format": c.format, "description": c.description, "priority": c.priority}))
             .collect(),
     )
-}
-
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
 }
 
 fn int_at(v: &Value, pointer: &str) -> i64 {

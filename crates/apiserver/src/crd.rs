@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use rudder_api::crd::{self, CLEANUP_FINALIZER};
+use rudder_api::json::str_at;
 use rudder_api::{Registry, ResourceDef};
 use rudder_store::{ListOptions, WatchRequest};
 use serde_json::{Value, json};
@@ -121,7 +122,7 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
             finish_deletion(state, &object, kv.key.as_ref(), kv.mod_revision).await?;
             continue;
         }
-        let group = text(&object, "/spec/group").to_string();
+        let group = str_at(&object, "/spec/group").to_string();
         let names = names_of(&object);
         let conflict = names
             .iter()
@@ -154,16 +155,12 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
     Ok(page.revision)
 }
 
-fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or("")
-}
-
 /// The names a definition claims in its group: plural, singular, kind,
 /// short names.
 fn names_of(crd: &Value) -> Vec<String> {
     let mut names = vec![
-        text(crd, "/spec/names/plural").to_string(),
-        text(crd, "/spec/names/kind").to_string(),
+        str_at(crd, "/spec/names/plural").to_string(),
+        str_at(crd, "/spec/names/kind").to_string(),
     ];
     if let Some(s) = crd.pointer("/spec/names/singular").and_then(Value::as_str) {
         names.push(s.to_string());
@@ -200,7 +197,7 @@ fn desired_status(crd: &Value, conflict: Option<String>, builtin_group: bool) ->
             "ConflictWithBuiltin",
             format!(
                 "{:?} is a group of built-in resources",
-                text(crd, "/spec/group")
+                str_at(crd, "/spec/group")
             ),
         ),
         (Some(name), _) => (false, "NameConflict", format!("{name:?} is already in use")),
@@ -241,10 +238,10 @@ fn desired_status(crd: &Value, conflict: Option<String>, builtin_group: bool) ->
     let names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
     let mut accepted_names = names.clone();
     if accepted_names.get("listKind").is_none() {
-        accepted_names["listKind"] = json!(format!("{}List", text(crd, "/spec/names/kind")));
+        accepted_names["listKind"] = json!(format!("{}List", str_at(crd, "/spec/names/kind")));
     }
     if accepted_names.get("singular").is_none() {
-        accepted_names["singular"] = json!(text(crd, "/spec/names/kind").to_lowercase());
+        accepted_names["singular"] = json!(str_at(crd, "/spec/names/kind").to_lowercase());
     }
     json!({
         "conditions": conditions,
@@ -284,8 +281,8 @@ async fn finish_deletion(
     key: &[u8],
     revision: u64,
 ) -> anyhow::Result<()> {
-    let group = text(crd, "/spec/group");
-    let plural = text(crd, "/spec/names/plural");
+    let group = str_at(crd, "/spec/group");
+    let plural = str_at(crd, "/spec/names/plural");
     if !group.is_empty() && !plural.is_empty() {
         let prefix = format!("/registry/{group}/{plural}/");
         loop {
@@ -329,6 +326,6 @@ async fn finish_deletion(
             Err(e) => return Err(e.into()),
         }
     }
-    tracing::info!(crd = %text(crd, "/metadata/name"), "CustomResourceDefinition deleted with its objects");
+    tracing::info!(crd = %str_at(crd, "/metadata/name"), "CustomResourceDefinition deleted with its objects");
     Ok(())
 }

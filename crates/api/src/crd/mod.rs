@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::json::str_at;
 use crate::registry::{ResourceDef, STANDARD_VERBS, Subresource};
 use crate::status::Cause;
 use crate::structure::{Shape, Types};
@@ -57,10 +58,6 @@ pub struct Custom {
     pub scale: Option<ScalePaths>,
 }
 
-fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or("")
-}
-
 fn strings(value: &Value, pointer: &str) -> Vec<String> {
     value
         .pointer(pointer)
@@ -103,9 +100,9 @@ pub fn version_priority(version: &str) -> (u8, u32, u32, String) {
 /// relies on.
 pub fn validate_definition(crd: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
-    let group = text(crd, "/spec/group");
-    let plural = text(crd, "/spec/names/plural");
-    let name = text(crd, "/metadata/name");
+    let group = str_at(crd, "/spec/group");
+    let plural = str_at(crd, "/spec/names/plural");
+    let name = str_at(crd, "/metadata/name");
     if group.is_empty() {
         causes.push(Cause::required("spec.group"));
     } else if !group.contains('.') {
@@ -118,7 +115,7 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
     if plural.is_empty() {
         causes.push(Cause::required("spec.names.plural"));
     }
-    if text(crd, "/spec/names/kind").is_empty() {
+    if str_at(crd, "/spec/names/kind").is_empty() {
         causes.push(Cause::required("spec.names.kind"));
     }
     if !plural.is_empty() && !group.is_empty() && name != format!("{plural}.{group}") {
@@ -130,7 +127,7 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
     }
     for (field, value) in [
         ("spec.names.plural", plural),
-        ("spec.names.singular", text(crd, "/spec/names/singular")),
+        ("spec.names.singular", str_at(crd, "/spec/names/singular")),
     ] {
         if !value.is_empty()
             && !value
@@ -144,7 +141,7 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
             ));
         }
     }
-    match text(crd, "/spec/scope") {
+    match str_at(crd, "/spec/scope") {
         "Namespaced" | "Cluster" => {}
         other => causes.push(Cause::not_supported(
             "spec.scope",
@@ -170,14 +167,14 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
             &json!(
                 versions
                     .iter()
-                    .map(|v| text(v, "/name"))
+                    .map(|v| str_at(v, "/name"))
                     .collect::<Vec<_>>()
             ),
             "must have exactly one version marked as storage version",
         ));
     }
     for (i, version) in versions.iter().enumerate() {
-        if text(version, "/name").is_empty() {
+        if str_at(version, "/name").is_empty() {
             causes.push(Cause::required(format!("spec.versions[{i}].name")));
         }
         if let Some(schema) = version.pointer("/schema/openAPIV3Schema") {
@@ -192,12 +189,12 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
         {
             causes.push(Cause::invalid(
                 format!("spec.versions[{i}].schema.openAPIV3Schema.type"),
-                &json!(text(schema, "/type")),
+                &json!(str_at(schema, "/type")),
                 "must be object at the root",
             ));
         }
     }
-    match text(crd, "/spec/conversion/strategy") {
+    match str_at(crd, "/spec/conversion/strategy") {
         "" | "None" => {}
         "Webhook" => causes.push(Cause::new(
             "FieldValueNotSupported",
@@ -216,28 +213,28 @@ pub fn validate_definition(crd: &Value) -> Vec<Cause> {
 /// The resources a definition serves, one per served version, preferred
 /// version first.
 pub fn definitions(crd: &Value) -> Vec<ResourceDef> {
-    let group = text(crd, "/spec/group").to_string();
-    let kind = text(crd, "/spec/names/kind").to_string();
-    let plural = text(crd, "/spec/names/plural").to_string();
-    let singular = match text(crd, "/spec/names/singular") {
+    let group = str_at(crd, "/spec/group").to_string();
+    let kind = str_at(crd, "/spec/names/kind").to_string();
+    let plural = str_at(crd, "/spec/names/plural").to_string();
+    let singular = match str_at(crd, "/spec/names/singular") {
         "" => kind.to_lowercase(),
         s => s.to_string(),
     };
-    let list_kind = match text(crd, "/spec/names/listKind") {
+    let list_kind = match str_at(crd, "/spec/names/listKind") {
         "" => format!("{kind}List"),
         s => s.to_string(),
     };
-    let namespaced = text(crd, "/spec/scope") == "Namespaced";
+    let namespaced = str_at(crd, "/spec/scope") == "Namespaced";
     let mut versions = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    versions.sort_by_key(|v| version_priority(text(v, "/name")));
+    versions.sort_by_key(|v| version_priority(str_at(v, "/name")));
     let storage = versions
         .iter()
         .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-        .map(|v| text(v, "/name").to_string())
+        .map(|v| str_at(v, "/name").to_string())
         .unwrap_or_default();
     let reversed_group: Vec<&str> = group.split('.').rev().collect();
     let mut out = Vec::new();
@@ -245,7 +242,7 @@ pub fn definitions(crd: &Value) -> Vec<ResourceDef> {
         .iter()
         .filter(|v| v.get("served").and_then(Value::as_bool) == Some(true))
     {
-        let name = text(version, "/name").to_string();
+        let name = str_at(version, "/name").to_string();
         let schema = version
             .pointer("/schema/openAPIV3Schema")
             .cloned()
@@ -264,8 +261,8 @@ pub fn definitions(crd: &Value) -> Vec<ResourceDef> {
             });
         }
         let scale = version.pointer("/subresources/scale").map(|s| ScalePaths {
-            spec_replicas: text(s, "/specReplicasPath").to_string(),
-            status_replicas: text(s, "/statusReplicasPath").to_string(),
+            spec_replicas: str_at(s, "/specReplicasPath").to_string(),
+            status_replicas: str_at(s, "/statusReplicasPath").to_string(),
             label_selector: s
                 .get("labelSelectorPath")
                 .and_then(Value::as_str)
@@ -287,12 +284,12 @@ pub fn definitions(crd: &Value) -> Vec<ResourceDef> {
                 columns
                     .iter()
                     .map(|c| PrinterColumn {
-                        name: text(c, "/name").to_string(),
-                        type_: text(c, "/type").to_string(),
-                        format: text(c, "/format").to_string(),
-                        description: text(c, "/description").to_string(),
+                        name: str_at(c, "/name").to_string(),
+                        type_: str_at(c, "/type").to_string(),
+                        format: str_at(c, "/format").to_string(),
+                        description: str_at(c, "/description").to_string(),
                         priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
-                        json_path: text(c, "/jsonPath").to_string(),
+                        json_path: str_at(c, "/jsonPath").to_string(),
                     })
                     .collect()
             })
@@ -325,7 +322,7 @@ pub fn definitions(crd: &Value) -> Vec<ResourceDef> {
             conversion: None,
             storage_prefix: None,
             custom: Some(Arc::new(Custom {
-                crd: text(crd, "/metadata/name").to_string(),
+                crd: str_at(crd, "/metadata/name").to_string(),
                 storage_api_version: format!("{group}/{storage}"),
                 schema,
                 types,
@@ -368,18 +365,8 @@ fn structure_of(schema: &Value) -> (Types, Shape) {
         }
         definitions.insert(name, definition.clone());
     }
-    let mut root = schema.clone();
-    if let Some(Value::Object(properties)) = root
-        .as_object_mut()
-        .map(|o| o.entry("properties").or_insert_with(|| json!({})))
-    {
-        properties.insert(
-            "metadata".into(),
-            json!({"$ref": format!("#/definitions/{META}")}),
-        );
-        properties.insert("apiVersion".into(), json!({"type": "string"}));
-        properties.insert("kind".into(), json!({"type": "string"}));
-    }
+    // The schema as published, whose `metadata` refers to ObjectMeta.
+    let root = crate::openapi::custom_schema(schema, crate::openapi::Flavor::V2);
     definitions.insert(ROOT.into(), root);
     let types = Types::from_definitions(&definitions);
     let root = types.root(ROOT);

@@ -192,14 +192,16 @@ fn number(value: &Value) -> Option<f64> {
     value.as_f64()
 }
 
+/// Where a value is, as upstream's messages say it: `spec.size in body`.
+fn body(path: &str) -> String {
+    if path.is_empty() {
+        "body".to_string()
+    } else {
+        format!("{path} in body")
+    }
+}
+
 fn validate_at(value: &Value, schema: &Value, path: &str, root: bool, out: &mut Vec<Cause>) {
-    let body = |p: &str| {
-        if p.is_empty() {
-            "body".to_string()
-        } else {
-            format!("{p} in body")
-        }
-    };
     if value.is_null() {
         if !flag(schema, "nullable") && types(schema).is_some() {
             out.push(invalid(
@@ -478,15 +480,10 @@ fn count_bounds(
     if let Some(min) = schema.get(min_key).and_then(Value::as_u64)
         && (count as u64) < min
     {
-        let at = if path.is_empty() {
-            "body".to_string()
-        } else {
-            format!("{path} in body")
-        };
         out.push(invalid(
             path,
             value,
-            format!("{at} should have at least {min} {noun}"),
+            format!("{} should have at least {min} {noun}", body(path)),
         ));
     }
 }
