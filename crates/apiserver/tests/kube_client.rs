@@ -24,6 +24,20 @@ fn configmap(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
     .expect("configmap")
 }
 
+/// The resourceVersion of a list of `api`'s objects: where a watch that
+/// wants every later change starts.
+async fn current_rv<K>(api: &Api<K>) -> String
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv")
+}
+
 fn api_error(error: kube::Error) -> Status {
     match error {
         kube::Error::Api(status) => *status,
@@ -112,13 +126,7 @@ async fn crud_list_watch(backend: Backend) {
     assert_eq!(by_name.items.len(), 1);
 
     // Watch from a resourceVersion: exactly the changes after it, in order.
-    let from = cms
-        .list(&ListParams::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let from = current_rv(&cms).await;
     let mut watch = cms
         .watch(&WatchParams::default().labels("app=web"), &from)
         .await
@@ -242,15 +250,7 @@ async fn a_watch_from_a_compacted_revision_is_gone() {
             .await
             .expect("create");
     }
-    let current: u64 = cms
-        .list(&ListParams::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv")
-        .parse()
-        .expect("number");
+    let current: u64 = current_rv(&cms).await.parse().expect("number");
     server_store_compact(&server, current).await;
     let mut watch = cms
         .watch(&WatchParams::default(), &old)
@@ -296,13 +296,7 @@ async fn watches_before_the_cache_window_come_from_the_store_and_many_watchers_a
     }
 
     // Many watchers of the cache see the same events in the same order.
-    let rv = cms
-        .list(&ListParams::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let rv = current_rv(&cms).await;
     let mut watchers = Vec::new();
     for _ in 0..20 {
         watchers.push(
@@ -611,13 +605,7 @@ async fn older_and_newer_versions_serve_the_same_objects() {
     let hpa: hpa1::HorizontalPodAutoscaler = serde_json::from_value(json!({"metadata": {"name": "web"},
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "minReplicas": 1, "maxReplicas": 5, "targetCPUUtilizationPercentage": 70}}))
     .expect("hpa");
-    let rv = v1
-        .list(&ListParams::default())
-        .await
-        .expect("list v1")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let rv = current_rv(&v1).await;
     let mut watch = v1
         .watch(&WatchParams::default(), &rv)
         .await
@@ -717,13 +705,7 @@ async fn node_name_watches_see_only_their_pods() {
     use k8s_openapi::api::core::v1::{Binding, Pod};
     let server = support::start(Backend::Embedded).await;
     let pods: Api<Pod> = Api::namespaced(server.client.clone(), "default");
-    let rv = pods
-        .list(&ListParams::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let rv = current_rv(&pods).await;
     let mut node_a = pods
         .watch(&WatchParams::default().fields("spec.nodeName=node-a"), &rv)
         .await
