@@ -18,6 +18,9 @@ use crate::auth::User;
 
 /// How long in-flight requests may take to finish at shutdown.
 const DRAIN: Duration = Duration::from_secs(10);
+/// Concurrent HTTP/2 streams per connection: upstream's explicit default
+/// (a watch is a stream, so this bounds one connection's watches).
+const MAX_STREAMS: u32 = 250;
 /// How long a client has to finish the TLS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
@@ -66,7 +69,8 @@ pub async fn serve(
                     request
                 },
             );
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder.http2().max_concurrent_streams(MAX_STREAMS);
             let connection = builder.serve_connection_with_upgrades(
                 TokioIo::new(stream),
                 TowerToHyperService::new(service),
