@@ -243,6 +243,63 @@ metadata: {name: "csi-{v}.example.com", labels: {tier: "{tier}"}}
 spec: {attachRequired: false}
 "#;
 
+/// `kubectl get` arguments and the header line upstream prints for them
+/// (blanks squeezed).
+const TABLES: &[(&str, &str)] = &[
+    (
+        "pvc",
+        "NAME STATUS VOLUME CAPACITY ACCESS MODES STORAGECLASS VOLUMEATTRIBUTESCLASS AGE",
+    ),
+    (
+        "pvc -o wide",
+        "NAME STATUS VOLUME CAPACITY ACCESS MODES STORAGECLASS VOLUMEATTRIBUTESCLASS AGE VOLUMEMODE",
+    ),
+    (
+        "pv",
+        "NAME CAPACITY ACCESS MODES RECLAIM POLICY STATUS CLAIM STORAGECLASS VOLUMEATTRIBUTESCLASS REASON AGE",
+    ),
+    ("ingress", "NAME CLASS HOSTS ADDRESS PORTS AGE"),
+    ("ingressclass", "NAME CONTROLLER PARAMETERS AGE"),
+    ("netpol", "NAME POD-SELECTOR AGE"),
+    (
+        "pdb",
+        "NAME MIN AVAILABLE MAX UNAVAILABLE ALLOWED DISRUPTIONS AGE",
+    ),
+    ("hpa", "NAME REFERENCE TARGETS MINPODS MAXPODS REPLICAS AGE"),
+    ("quota", "NAME REQUEST LIMIT AGE"),
+    ("limits", "NAME CREATED AT"),
+    ("role", "NAME CREATED AT"),
+    (
+        "rolebinding -o wide",
+        "NAME ROLE AGE USERS GROUPS SERVICEACCOUNTS",
+    ),
+    (
+        "priorityclass",
+        "NAME VALUE GLOBAL-DEFAULT AGE PREEMPTIONPOLICY",
+    ),
+    (
+        "storageclass",
+        "NAME PROVISIONER RECLAIMPOLICY VOLUMEBINDINGMODE ALLOWVOLUMEEXPANSION AGE",
+    ),
+    ("podtemplate", "NAME CONTAINERS IMAGES POD LABELS"),
+    ("endpointslice", "NAME ADDRESSTYPE PORTS ENDPOINTS AGE"),
+    ("runtimeclass", "NAME HANDLER AGE"),
+    ("validatingwebhookconfiguration", "NAME WEBHOOKS AGE"),
+    (
+        "csidriver",
+        "NAME ATTACHREQUIRED PODINFOONMOUNT STORAGECAPACITY TOKENREQUESTS REQUIRESREPUBLISH MODES AGE",
+    ),
+    ("ipaddress", "NAME PARENTREF"),
+    (
+        "job -o wide",
+        "NAME STATUS COMPLETIONS DURATION AGE CONTAINERS IMAGES SELECTOR",
+    ),
+    (
+        "pod -o wide",
+        "NAME READY STATUS RESTARTS AGE IP NODE NOMINATED NODE READINESS GATES",
+    ),
+];
+
 fn kinds(version_tag: &str, tier: &str) -> String {
     KINDS.replace("{v}", version_tag).replace("{tier}", tier)
 }
@@ -350,6 +407,19 @@ fn apply_diff_edit_replace_restart_and_server_side_apply() {
                 {
                     f.push(format!(
                         "{what}: the budget is configured, as upstream: {out}"
+                    ));
+                }
+            }
+            // Every kind's table, as upstream's printers head it.
+            for (args, header) in TABLES {
+                let mut argv = vec!["get"];
+                argv.extend(args.split(' '));
+                let (ok, out) = k.run(&argv, None);
+                let first = out.lines().next().unwrap_or_default();
+                let first = first.split_whitespace().collect::<Vec<_>>().join(" ");
+                if !ok || first != *header {
+                    f.push(format!(
+                        "kubectl get {args}: wanted {header:?}, got ({ok}) {out}"
                     ));
                 }
             }
