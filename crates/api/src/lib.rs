@@ -23,4 +23,5 @@ pub mod selector;
 pub mod structure;
 pub mod table;
 pub mod time;
+pub mod update;
 pub mod validation;

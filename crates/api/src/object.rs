@@ -6,9 +6,10 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::Status;
 use crate::registry::ResourceDef;
+use crate::update::Via;
 use crate::validation::{self, NameRule};
+use crate::{Cause, Status};
 
 /// What the server supplies to a create: the time and fresh identifiers.
 #[derive(Debug, Clone)]
@@ -222,41 +223,58 @@ pub fn prepare_create(
         root.remove("status");
     }
     crate::defaults::apply(def, object);
-    validate_change(def, object, None)
+    validate_change(def, object, None, Vec::new())
 }
 
-/// Validates a new object or an update of `old`: [`validate`], and a
+/// Validates a new object or an update of `old`: what the update may not
+/// change (`changes`, found by the caller) with [`validate`]'s causes, then a
 /// custom resource's CEL rules (transition rules on updates only).
-fn validate_change(def: &ResourceDef, object: &Value, old: Option<&Value>) -> Result<(), Status> {
-    validate(def, object)?;
+fn validate_change(
+    def: &ResourceDef,
+    object: &Value,
+    old: Option<&Value>,
+    changes: Vec<Cause>,
+) -> Result<(), Status> {
+    let mut causes = changes;
+    causes.extend(causes_of(def, object));
+    if !causes.is_empty() {
+        return Err(Status::invalid(def.target(), name_of(object), causes));
+    }
     if let Some(custom) = &def.custom {
         let causes = crate::crd::cel::validate(&custom.schema, object, old);
         if !causes.is_empty() {
-            let name = object
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            return Err(Status::invalid(def.target(), name, causes));
+            return Err(Status::invalid(def.target(), name_of(object), causes));
         }
     }
     Ok(())
 }
 
-/// Validates what every kind shares: its metadata.
+/// Validates an object: its metadata, and what its kind requires.
 pub fn validate(def: &ResourceDef, object: &Value) -> Result<(), Status> {
-    let meta = object.get("metadata").cloned().unwrap_or(Value::Null);
+    let causes = causes_of(def, object);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(Status::invalid(def.target(), name_of(object), causes))
+    }
+}
+
+fn causes_of(def: &ResourceDef, object: &Value) -> Vec<Cause> {
+    let meta = object.get("metadata").unwrap_or(&Value::Null);
     let mut causes = validation::object_meta(
-        &meta,
+        meta,
         NameRule::for_kind(&def.group, &def.kind),
         def.namespaced,
     );
     causes.extend(crate::defaults::validate(def, object));
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
-        Err(Status::invalid(def.target(), name, causes))
-    }
+    causes
+}
+
+fn name_of(object: &Value) -> &str {
+    object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// Which part of an object an update writes.
@@ -267,6 +285,9 @@ pub enum Part {
     Main,
     /// The status subresource: the status only.
     Status,
+    /// `pods/binding`: the main resource, where a Pod's `spec.nodeName`
+    /// alone may be set.
+    Binding,
 }
 
 /// Prepares an update of `old` to `new`: identity and server-set metadata
@@ -335,8 +356,8 @@ pub fn prepare_update(
         meta.remove("selfLink");
     }
     match part {
-        Part::Main if has_status_subresource(def) => copy_field(new, old, "status"),
-        Part::Main => {}
+        Part::Main | Part::Binding if has_status_subresource(def) => copy_field(new, old, "status"),
+        Part::Main | Part::Binding => {}
         Part::Status => {
             let status = new.get("status").cloned();
             let mut kept = old.clone();
@@ -371,7 +392,13 @@ pub fn prepare_update(
         new["metadata"]["generation"] = json!(generation + 1);
     }
     crate::defaults::apply(def, new);
-    validate_change(def, new, Some(old))
+    let via = match part {
+        Part::Main => Some(Via::Main),
+        Part::Binding => Some(Via::Binding),
+        Part::Status => None,
+    };
+    let changes = via.map_or_else(Vec::new, |via| crate::update::validate(def, new, old, via));
+    validate_change(def, new, Some(old), changes)
 }
 
 fn copy_field(to: &mut Value, from: &Value, field: &str) {

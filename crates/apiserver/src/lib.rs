@@ -20,7 +20,7 @@ pub mod tls;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -51,6 +51,29 @@ pub struct Config {
     pub bind: SocketAddr,
     /// Extra names (DNS or IP) for the serving certificate.
     pub extra_sans: Vec<String>,
+    /// The address other members of the cluster reach this server at (the
+    /// `kubernetes` Service's endpoint); by default the bind address, or
+    /// when that is unspecified this machine's address on its default route.
+    pub advertise: Option<IpAddr>,
+}
+
+/// Where the cluster reaches a server bound to `bind` (upstream's default
+/// for `--advertise-address`): the bound address, or the address this
+/// machine would send from on its default route (a UDP `connect` picks it
+/// without sending anything), or loopback when there is no such route.
+pub fn advertise_address(bind: IpAddr) -> IpAddr {
+    if !bind.is_unspecified() {
+        return bind;
+    }
+    let routed = std::net::UdpSocket::bind("0.0.0.0:0").and_then(|socket| {
+        // TEST-NET-1: any routable address does; nothing is sent.
+        socket.connect("192.0.2.1:9")?;
+        socket.local_addr()
+    });
+    match routed {
+        Ok(local) if !local.ip().is_unspecified() => local.ip(),
+        _ => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+    }
 }
 
 async fn health(AxumState(state): AxumState<Arc<State>>) -> Response {
@@ -137,10 +160,14 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     let files = tls::TlsFiles::new(&config.data_dir);
+    let advertise = config
+        .advertise
+        .unwrap_or_else(|| advertise_address(config.bind.ip()));
     let mut names = config.extra_sans.clone();
     if !config.bind.ip().is_unspecified() {
         names.push(config.bind.ip().to_string());
     }
+    names.push(advertise.to_string());
     tls::ensure(&files, &tls::server_names(&names)).context("prepare TLS certificates")?;
     let tls_config = tls::server_config(&files).context("load TLS certificates")?;
     let listener = tokio::net::TcpListener::bind(config.bind)
@@ -164,7 +191,7 @@ pub async fn run(
     let base = Arc::new(Registry::builtin());
     let state = State::new(base.clone(), store);
     rest::bootstrap_namespaces(&state).await?;
-    services::bootstrap(&state, port).await?;
+    services::bootstrap(&state, advertise, port).await?;
     crd::start(state.clone(), base).await?;
     state.ready.store(true, Ordering::SeqCst);
     tracing::info!(address = %listener.local_addr()?, kubeconfig = %kubeconfig.display(), "API server ready");
@@ -174,4 +201,17 @@ pub async fn run(
     let result = serve::serve(listener, Arc::new(tls_config), app, shutdown).await;
     state.shutdown.cancel();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_advertises_its_bound_address_or_a_routed_one() {
+        let bound: IpAddr = "192.0.2.7".parse().expect("ip");
+        assert_eq!(advertise_address(bound), bound);
+        let any: IpAddr = "0.0.0.0".parse().expect("ip");
+        assert!(!advertise_address(any).is_unspecified());
+    }
 }

@@ -6,7 +6,7 @@
 //! store's create-if-absent, so two Services can never get the same address
 //! or port, however many servers share the store. Releasing deletes them.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use bytes::Bytes;
 use rand::Rng;
@@ -15,7 +15,7 @@ use rudder_api::{Cause, ResourceDef, Status};
 use serde_json::{Value, json};
 
 use crate::response::store_error;
-use crate::rest::{encode, now, uid};
+use crate::rest::{Keep, encode, ensure, now, uid};
 use crate::state::State;
 
 const NODE_PORT_KEYS: &str = "/registry/ranges/servicenodeports/";
@@ -446,8 +446,38 @@ pub async fn allocate_on_update(
 }
 
 /// Creates the `kubernetes` Service in `default` at the range's first
-/// address, if absent.
-pub async fn bootstrap(state: &State, port: u16) -> anyhow::Result<()> {
+/// address, if absent, and points its Endpoints and EndpointSlice at this
+/// server (`advertise`:`port`), as upstream's endpoint reconciler does.
+pub async fn bootstrap(state: &State, advertise: IpAddr, port: u16) -> anyhow::Result<()> {
+    create_kubernetes_service(state, port).await?;
+    let ip = advertise.to_string();
+    let endpoints = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+        "subsets": [{"addresses": [{"ip": ip}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
+    });
+    let slice = json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": if advertise.is_ipv4() { "IPv4" } else { "IPv6" },
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    });
+    let default = Some("default");
+    ensure(
+        state,
+        ("", "v1", "endpoints"),
+        default,
+        endpoints,
+        Keep::Content,
+    )
+    .await?;
+    let slices = ("discovery.k8s.io", "v1", "endpointslices");
+    ensure(state, slices, default, slice, Keep::Content).await?;
+    Ok(())
+}
+
+async fn create_kubernetes_service(state: &State, port: u16) -> anyhow::Result<()> {
     let def = state
         .registry()
         .get("", "v1", "services")

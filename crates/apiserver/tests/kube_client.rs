@@ -352,6 +352,41 @@ async fn services_get_unique_cluster_ips_and_node_ports() {
             .and_then(|s| s.cluster_ip.as_deref()),
         Some("10.43.0.1")
     );
+    // Its endpoints are this server, as upstream's endpoint reconciler
+    // keeps them: the bound address (127.0.0.1 here) and the HTTPS port.
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&server.kubeconfig).expect("kubeconfig");
+    let url = kubeconfig.clusters[0]
+        .cluster
+        .as_ref()
+        .and_then(|c| c.server.clone())
+        .expect("server url");
+    let port: i32 = url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    let endpoints: Api<Endpoints> = Api::namespaced(server.client.clone(), "default");
+    let endpoints =
+        serde_json::to_value(endpoints.get("kubernetes").await.expect("endpoints")).expect("json");
+    assert_eq!(
+        endpoints["subsets"][0]["addresses"][0]["ip"],
+        json!("127.0.0.1")
+    );
+    assert_eq!(
+        endpoints["subsets"][0]["ports"][0],
+        json!({"name": "https", "port": port, "protocol": "TCP"})
+    );
+    let slices: Api<EndpointSlice> = Api::namespaced(server.client.clone(), "default");
+    let slice = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+        .await
+        .expect("slices");
+    let slice = serde_json::to_value(&slice.items[0]).expect("json");
+    assert_eq!(slice["addressType"], json!("IPv4"));
+    assert_eq!(slice["endpoints"][0]["addresses"], json!(["127.0.0.1"]));
+    assert_eq!(slice["ports"][0]["port"], json!(port));
 
     let a = services
         .create(&PostParams::default(), &svc("a", json!({})))

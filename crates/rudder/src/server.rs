@@ -34,6 +34,12 @@ pub struct ServerArgs {
     #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: std::net::IpAddr,
 
+    /// The address the cluster reaches this server at (the `kubernetes`
+    /// Service's endpoint). Default: the bind address, or when that is
+    /// 0.0.0.0, this machine's address on its default route.
+    #[arg(long)]
+    pub advertise_address: Option<std::net::IpAddr>,
+
     /// More names (DNS or IP) for the API server's certificate.
     #[arg(long = "tls-san")]
     pub tls_sans: Vec<String>,
@@ -109,6 +115,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         bind: std::net::SocketAddr::new(args.bind_address, args.port),
         extra_sans: args.tls_sans.clone(),
+        advertise: args.advertise_address,
     };
     let (api_store, api_cancel) = (store.clone(), cancel.clone());
     tasks.spawn(async move { rudder_apiserver::run(config, api_store, api_cancel).await });

@@ -77,6 +77,44 @@ fn every_installed_kubectl_works() {
                 None,
                 "cQ==",
             );
+            // Immutable fields, refused with upstream's field paths.
+            let moved = DEPLOYMENT
+                .replace(
+                    "{matchLabels: {app: web}}",
+                    "{matchLabels: {app: web, v: '2'}}",
+                )
+                .replace(
+                    "metadata: {labels: {app: web}}",
+                    "metadata: {labels: {app: web, v: '2'}}",
+                );
+            let (ok, out) = k.run(&["replace", "-f", "-"], Some(&moved));
+            if ok
+                || !out.contains("spec.selector: Invalid value")
+                || !out.contains("field is immutable")
+            {
+                f.push(format!(
+                    "a Deployment's selector is immutable: ({ok}) {out}"
+                ));
+            }
+            k.expect(
+                f,
+                "an immutable ConfigMap",
+                &["apply", "-f", "-"],
+                Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: sealed}\nimmutable: true\ndata: {k: v}\n"),
+                "configmap/sealed created",
+            );
+            k.refuse(
+                f,
+                "its data may not change",
+                &[
+                    "patch",
+                    "configmap",
+                    "sealed",
+                    "-p",
+                    r#"{"data":{"k":"w"}}"#,
+                ],
+                "data: Forbidden: field is immutable when `immutable` is set",
+            );
             k.refuse(
                 f,
                 "AlreadyExists",

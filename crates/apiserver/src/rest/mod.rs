@@ -22,7 +22,7 @@ use crate::path::{self, ResourcePath};
 use crate::response::{ApiError, ApiResult};
 use crate::state::State;
 
-pub use objects::{bootstrap_namespaces, encode, now, set_resource_version, uid};
+pub use objects::{Keep, bootstrap_namespaces, encode, ensure, now, set_resource_version, uid};
 
 /// Bodies larger than this are refused with 413, as upstream's 3 MiB limit.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;

@@ -186,31 +186,96 @@ impl Context {
 pub const SYSTEM_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
-/// Creates the system namespaces that are missing.
+/// Creates the system namespaces if absent.
 pub async fn bootstrap_namespaces(state: &State) -> anyhow::Result<()> {
-    let def = state
-        .registry()
-        .get("", "v1", "namespaces")
-        .ok_or_else(|| anyhow::anyhow!("no namespaces resource"))?
-        .clone();
     for name in SYSTEM_NAMESPACES {
-        let mut object =
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        let stamp = rudder_api::object::Stamp {
-            now: &now(),
-            uid: &uid(),
-            suffix: "",
-        };
-        rudder_api::object::prepare_create(&def, &mut object, None, &stamp)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        match state
-            .store
-            .create(def.key(None, name).as_bytes(), encode(&object))
-            .await
-        {
-            Ok(_) | Err(rudder_store::Error::AlreadyExists) => {}
-            Err(e) => return Err(anyhow::anyhow!("create namespace {name}: {e}")),
-        }
+        let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        ensure(
+            state,
+            ("", "v1", "namespaces"),
+            None,
+            object,
+            Keep::Existing,
+        )
+        .await?;
     }
     Ok(())
+}
+
+/// What [`ensure`] does with an object that is already there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Leave it as it is (users may have changed it).
+    Existing,
+    /// Make its content (all but metadata) the server's again.
+    Content,
+}
+
+/// Writes an object the server maintains (a system namespace, the
+/// `kubernetes` Service and its endpoints) through the same create and
+/// update preparation as a client's request: created if absent, its content
+/// put back if `keep` says so.
+pub async fn ensure(
+    state: &State,
+    (group, version, resource): (&str, &str, &str),
+    namespace: Option<&str>,
+    mut object: Value,
+    keep: Keep,
+) -> anyhow::Result<Value> {
+    let def = state
+        .registry()
+        .get(group, version, resource)
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no {resource} resource"))?;
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let key = def.key(namespace, &name);
+    let failed =
+        |what: &str, e: &dyn std::fmt::Display| anyhow::anyhow!("{what} {resource} {name}: {e}");
+    match state.store.get(key.as_bytes(), None).await {
+        Ok(kv) => {
+            let old = decode(&kv).map_err(|e| failed("read", &e))?;
+            let mut new = old.clone();
+            if keep == Keep::Content {
+                for (field, value) in object.as_object().into_iter().flatten() {
+                    if field != "metadata" {
+                        new[field.as_str()] = value.clone();
+                    }
+                }
+            }
+            if new == old {
+                return Ok(old);
+            }
+            rudder_api::object::prepare_update(
+                &def,
+                &mut new,
+                &old,
+                rudder_api::object::Part::Main,
+            )
+            .map_err(|e| failed("update", &e))?;
+            state
+                .store
+                .update(key.as_bytes(), encode(&new), kv.mod_revision)
+                .await
+                .map_err(|e| failed("update", &e))?;
+            Ok(new)
+        }
+        Err(rudder_store::Error::NotFound) => {
+            let stamp = rudder_api::object::Stamp {
+                now: &now(),
+                uid: &uid(),
+                suffix: "",
+            };
+            rudder_api::object::prepare_create(&def, &mut object, namespace, &stamp)
+                .map_err(|e| failed("create", &e))?;
+            match state.store.create(key.as_bytes(), encode(&object)).await {
+                Ok(_) | Err(rudder_store::Error::AlreadyExists) => Ok(object),
+                Err(e) => Err(failed("create", &e)),
+            }
+        }
+        Err(e) => Err(failed("read", &e)),
+    }
 }

@@ -227,7 +227,7 @@ async fn bind(ctx: &Context, binding: Value) -> ApiResult {
         )
         .into());
     }
-    update_object(ctx, Part::Main, |old| {
+    update_object(ctx, Part::Binding, |old| {
         let current = old
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)

@@ -50,6 +50,7 @@ pub async fn start(backend: Backend) -> Server {
         data_dir: dir.path().to_path_buf(),
         bind: "127.0.0.1:0".parse().expect("address"),
         extra_sans: vec![],
+        advertise: None,
     };
     let cancel = CancellationToken::new();
     let store_handle: Arc<dyn Store> = store.store.clone();

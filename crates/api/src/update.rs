@@ -1,0 +1,333 @@
+//! What an update may change, per kind, as upstream's `ValidateXUpdate`
+//! functions say: immutable fields (a workload's selector, a Pod's spec but
+//! its few mutable fields, an immutable ConfigMap's data, a binding's
+//! roleRef, …) are compared between the stored object and the defaulted
+//! update, and each change is an Invalid or Forbidden cause with upstream's
+//! field path and wording.
+
+use serde_json::{Value, json};
+
+use crate::registry::ResourceDef;
+use crate::status::Cause;
+
+const IMMUTABLE: &str = "field is immutable";
+
+/// Where an update comes from: the main resource, or `pods/binding`, which
+/// alone may set a Pod's `spec.nodeName`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Main,
+    Binding,
+}
+
+/// The causes that refuse the update of `old` to `new` (both defaulted).
+pub fn validate(def: &ResourceDef, new: &Value, old: &Value, via: Via) -> Vec<Cause> {
+    let mut c = Causes(Vec::new(), new, old);
+    match (def.group.as_str(), def.kind.as_str()) {
+        ("", "Pod") if via == Via::Main => pod(&mut c),
+        ("", "ConfigMap") => sealed_data(&mut c, &["data", "binaryData"]),
+        ("", "Secret") => {
+            sealed_data(&mut c, &["data"]);
+            c.immutable("/type", "type");
+        }
+        ("", "PersistentVolumeClaim") => claim(&mut c),
+        ("", "PersistentVolume") => volume(&mut c),
+        ("", "Node") => node(&mut c),
+        ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") => {
+            c.immutable("/spec/selector", "spec.selector");
+        }
+        ("apps", "StatefulSet") => stateful_set(&mut c),
+        ("apps", "ControllerRevision") => {
+            c.immutable("/data", "data");
+            c.immutable("/revision", "revision");
+        }
+        ("batch", "Job") => job(&mut c),
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding")
+            if c.changed("/roleRef") =>
+        {
+            c.invalid("/roleRef", "roleRef", "cannot change roleRef");
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            for field in ["parameters", "provisioner", "reclaimPolicy"] {
+                if c.changed(&format!("/{field}")) {
+                    let why = format!("updates to {field} are forbidden.");
+                    c.0.push(Cause::forbidden(field, &why));
+                }
+            }
+            c.immutable("/volumeBindingMode", "volumeBindingMode");
+        }
+        ("storage.k8s.io", "VolumeAttachment") => c.immutable("/spec", "spec"),
+        ("storage.k8s.io", "CSIDriver") => {
+            for field in ["attachRequired", "volumeLifecycleModes", "fsGroupPolicy"] {
+                c.immutable(&format!("/spec/{field}"), &format!("spec.{field}"));
+            }
+        }
+        ("scheduling.k8s.io", "PriorityClass") => {
+            if c.changed("/value") {
+                c.0.push(Cause::forbidden(
+                    "value",
+                    "may not be changed in an update.",
+                ));
+            }
+            c.immutable("/preemptionPolicy", "preemptionPolicy");
+        }
+        ("discovery.k8s.io", "EndpointSlice") => c.immutable("/addressType", "addressType"),
+        ("networking.k8s.io", "IngressClass") => c.immutable("/spec/controller", "spec.controller"),
+        ("networking.k8s.io", "IPAddress") => c.immutable("/spec/parentRef", "spec.parentRef"),
+        _ => {}
+    }
+    c.0
+}
+
+/// The causes found so far, and the two objects compared.
+struct Causes<'a>(Vec<Cause>, &'a Value, &'a Value);
+
+impl Causes<'_> {
+    fn at<'v>(v: &'v Value, pointer: &str) -> &'v Value {
+        v.pointer(pointer).unwrap_or(&Value::Null)
+    }
+
+    fn changed(&self, pointer: &str) -> bool {
+        Self::at(self.1, pointer) != Self::at(self.2, pointer)
+    }
+
+    fn invalid(&mut self, pointer: &str, field: &str, why: &str) {
+        let value = Self::at(self.1, pointer).clone();
+        self.0.push(Cause::invalid(field, &value, why));
+    }
+
+    /// `field` may not change.
+    fn immutable(&mut self, pointer: &str, field: &str) {
+        if self.changed(pointer) {
+            self.invalid(pointer, field, IMMUTABLE);
+        }
+    }
+
+    fn new_value(&self, pointer: &str) -> &Value {
+        Self::at(self.1, pointer)
+    }
+
+    fn old_value(&self, pointer: &str) -> &Value {
+        Self::at(self.2, pointer)
+    }
+}
+
+/// Sets `field` of an object to `value`, or removes it for null, so that a
+/// masked copy compares equal to one that never had the field.
+fn set(object: &mut Value, field: &str, value: Value) {
+    if let Some(map) = object.as_object_mut() {
+        if value.is_null() {
+            map.remove(field);
+        } else {
+            map.insert(field.to_string(), value);
+        }
+    }
+}
+
+/// Copies of the old and the new spec with what an update may change
+/// made equal, so that what is left to differ is what may not.
+fn masked(c: &Causes<'_>, pointer: &str) -> (Value, Value) {
+    (c.old_value(pointer).clone(), c.new_value(pointer).clone())
+}
+
+fn pod(c: &mut Causes<'_>) {
+    let (mut old, mut new) = masked(c, "/spec");
+    for list in ["containers", "initContainers"] {
+        for spec in [&mut old, &mut new] {
+            if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
+                for container in containers.iter_mut() {
+                    set(container, "image", Value::Null);
+                }
+            }
+        }
+    }
+    // activeDeadlineSeconds may be set, or lowered; never raised or unset.
+    match (
+        old.get("activeDeadlineSeconds").and_then(Value::as_i64),
+        new.get("activeDeadlineSeconds").and_then(Value::as_i64),
+    ) {
+        (Some(_), None) => c.0.push(Cause::invalid(
+            "spec.activeDeadlineSeconds",
+            &Value::Null,
+            "must not update from a positive integer to nil value",
+        )),
+        (Some(before), Some(after)) if after > before => c.0.push(Cause::invalid(
+            "spec.activeDeadlineSeconds",
+            &json!(after),
+            "must be less than or equal to previous value",
+        )),
+        _ => {}
+    }
+    for spec in [&mut old, &mut new] {
+        if let Some(spec) = spec.as_object_mut() {
+            spec.remove("activeDeadlineSeconds");
+        }
+    }
+    // Tolerations may be added to; scheduling gates may be removed.
+    let contains = |whole: &Value, part: &Value| {
+        let whole = whole.as_array().map(Vec::as_slice).unwrap_or_default();
+        let part = part.as_array().map(Vec::as_slice).unwrap_or_default();
+        part.iter().all(|p| whole.contains(p))
+    };
+    for (field, grows) in [("tolerations", true), ("schedulingGates", false)] {
+        let (before, after) = (old[field].clone(), new[field].clone());
+        let allowed = if grows {
+            contains(&after, &before)
+        } else {
+            contains(&before, &after)
+        };
+        if allowed {
+            set(&mut new, field, before);
+        }
+    }
+    // A negative grace period may become 1.
+    let grace = "terminationGracePeriodSeconds";
+    if old[grace].as_i64().is_some_and(|g| g < 0) && new[grace] == json!(1) {
+        set(&mut new, grace, old[grace].clone());
+    }
+    if old != new {
+        c.0.push(Cause::forbidden(
+            "spec",
+            "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+        ));
+    }
+}
+
+/// A ConfigMap's or Secret's data, once `immutable` is set.
+fn sealed_data(c: &mut Causes<'_>, fields: &[&str]) {
+    if c.old_value("/immutable") != &json!(true) {
+        return;
+    }
+    let why = "field is immutable when `immutable` is set";
+    for field in fields {
+        if c.changed(&format!("/{field}")) {
+            c.0.push(Cause::forbidden(*field, why));
+        }
+    }
+    if c.changed("/immutable") {
+        c.0.push(Cause::forbidden("immutable", why));
+    }
+}
+
+fn claim(c: &mut Causes<'_>) {
+    let (mut old, mut new) = masked(c, "/spec");
+    for spec in [&mut old, &mut new] {
+        if let Some(resources) = spec.get_mut("resources") {
+            set(resources, "requests", Value::Null);
+        }
+        if let Some(spec) = spec.as_object_mut() {
+            spec.remove("volumeAttributesClassName");
+        }
+    }
+    // The volume controller binds a claim once.
+    if old["volumeName"].as_str().unwrap_or_default().is_empty() {
+        set(&mut old, "volumeName", new["volumeName"].clone());
+    }
+    if old != new {
+        c.0.push(Cause::forbidden(
+            "spec",
+            "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
+        ));
+    }
+}
+
+/// A PersistentVolume's fields that are not its volume source.
+const VOLUME_FIELDS: &[&str] = &[
+    "accessModes",
+    "capacity",
+    "claimRef",
+    "mountOptions",
+    "nodeAffinity",
+    "persistentVolumeReclaimPolicy",
+    "storageClassName",
+    "volumeAttributesClassName",
+    "volumeMode",
+];
+
+fn volume(c: &mut Causes<'_>) {
+    let source = |spec: &Value| -> Value {
+        let mut spec = spec.clone();
+        if let Some(map) = spec.as_object_mut() {
+            map.retain(|k, _| !VOLUME_FIELDS.contains(&k.as_str()));
+        }
+        spec
+    };
+    if source(c.old_value("/spec")) != source(c.new_value("/spec")) {
+        c.0.push(Cause::forbidden(
+            "spec.persistentvolumesource",
+            "spec.persistentvolumesource is immutable after creation",
+        ));
+    }
+    c.immutable("/spec/volumeMode", "spec.volumeMode");
+}
+
+fn node(c: &mut Causes<'_>) {
+    for (pointer, field, what) in [
+        ("/spec/podCIDR", "spec.podCIDRs", "podCIDR"),
+        ("/spec/providerID", "spec.providerID", "providerID"),
+    ] {
+        let before = c.old_value(pointer).as_str().unwrap_or_default();
+        if !before.is_empty() && c.changed(pointer) {
+            let why = format!("node updates may not change {what} except from \"\" to valid");
+            c.0.push(Cause::forbidden(field, &why));
+        }
+    }
+}
+
+/// The StatefulSet spec fields an update may change.
+const STATEFUL_SET_MUTABLE: &[&str] = &[
+    "replicas",
+    "ordinals",
+    "template",
+    "updateStrategy",
+    "persistentVolumeClaimRetentionPolicy",
+    "minReadySeconds",
+];
+
+fn stateful_set(c: &mut Causes<'_>) {
+    let (mut old, mut new) = masked(c, "/spec");
+    for spec in [&mut old, &mut new] {
+        if let Some(map) = spec.as_object_mut() {
+            map.retain(|k, _| !STATEFUL_SET_MUTABLE.contains(&k.as_str()));
+        }
+    }
+    if old != new {
+        c.0.push(Cause::forbidden(
+            "spec",
+            "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+        ));
+    }
+}
+
+fn job(c: &mut Causes<'_>) {
+    c.immutable("/spec/selector", "spec.selector");
+    c.immutable("/spec/completionMode", "spec.completionMode");
+    // An indexed job may scale completions with parallelism (elastic jobs).
+    let elastic = c.new_value("/spec/completionMode") == &json!("Indexed")
+        && c.new_value("/spec/completions") == c.new_value("/spec/parallelism");
+    if !elastic {
+        c.immutable("/spec/completions", "spec.completions");
+    }
+    // A suspended job that never started may change its pods' scheduling.
+    let (mut old, mut new) = masked(c, "/spec/template");
+    let never_started = c.old_value("/status/startTime").is_null();
+    if c.old_value("/spec/suspend") == &json!(true) && never_started {
+        for template in [&mut old, &mut new] {
+            if let Some(meta) = template.get_mut("metadata") {
+                set(meta, "labels", Value::Null);
+                set(meta, "annotations", Value::Null);
+            }
+            if let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) {
+                for field in ["nodeSelector", "tolerations", "affinity", "schedulingGates"] {
+                    spec.remove(field);
+                }
+            }
+        }
+    }
+    if old != new {
+        c.invalid("/spec/template", "spec.template", IMMUTABLE);
+    }
+}
+
+#[cfg(test)]
+mod tests;
