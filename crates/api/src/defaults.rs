@@ -107,16 +107,35 @@ pub fn validate(def: &ResourceDef, object: &Value) -> Vec<Cause> {
         ("", "Pod") => pod_spec_causes(object.get("spec"), "spec", &mut causes),
         ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => {
             workload_causes(object, &mut causes);
+            template_restart_policy(object, "/spec/template", &["Always"], &mut causes);
         }
         ("", "ReplicationController") => {
             let template = object.pointer("/spec/template/spec");
             pod_spec_causes(template, "spec.template.spec", &mut causes);
         }
-        ("batch", "Job") => pod_spec_causes(
-            object.pointer("/spec/template/spec"),
-            "spec.template.spec",
-            &mut causes,
-        ),
+        ("batch", "Job") => {
+            let template = object.pointer("/spec/template/spec");
+            pod_spec_causes(template, "spec.template.spec", &mut causes);
+            template_restart_policy(
+                object,
+                "/spec/template",
+                &["OnFailure", "Never"],
+                &mut causes,
+            );
+        }
+        ("batch", "CronJob") => {
+            if object
+                .pointer("/spec/schedule")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                causes.push(Cause::required("spec.schedule"));
+            }
+            let template = "/spec/jobTemplate/spec/template";
+            let spec = object.pointer(&format!("{template}/spec"));
+            pod_spec_causes(spec, "spec.jobTemplate.spec.template.spec", &mut causes);
+            template_restart_policy(object, template, &["OnFailure", "Never"], &mut causes);
+        }
         ("", "Service") => service_causes(object, &mut causes),
         ("", "ConfigMap" | "Secret") => {
             for field in ["data", "binaryData", "stringData"] {
@@ -321,6 +340,7 @@ fn pod_spec_causes(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
                 {
                     causes.push(Cause::required(format!("{at}.image")));
                 }
+                resource_causes(c, &at, causes);
             }
         }
     }
@@ -332,6 +352,60 @@ fn pod_spec_causes(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
             policy,
             &["Always", "OnFailure", "Never"],
         ));
+    }
+}
+
+/// A container's requests and limits: none below zero, no request above
+/// its limit.
+fn resource_causes(container: &Value, at: &str, causes: &mut Vec<Cause>) {
+    use crate::quantity::Quantity;
+    let parsed = |field: &str| -> Vec<(String, Quantity)> {
+        let map = container.pointer(&format!("/resources/{field}"));
+        map.and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, q)| Some((name.clone(), Quantity::parse(q.as_str()?).ok()?)))
+            .collect()
+    };
+    let (requests, limits) = (parsed("requests"), parsed("limits"));
+    for (field, list) in [("requests", &requests), ("limits", &limits)] {
+        for (name, q) in list.iter().filter(|(_, q)| q.is_negative()) {
+            let path = format!("{at}.resources.{field}[{name}]");
+            causes.push(Cause::invalid(
+                path,
+                &json!(q.canonical()),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    for (name, request) in &requests {
+        if let Some((_, limit)) = limits.iter().find(|(n, _)| n == name)
+            && request.cmp_value(limit).is_gt()
+        {
+            let path = format!("{at}.resources.requests[{name}]");
+            let why = format!(
+                "must be less than or equal to {name} limit of {}",
+                limit.canonical()
+            );
+            causes.push(Cause::invalid(path, &json!(request.canonical()), &why));
+        }
+    }
+}
+
+/// The restart policies a controller's pod template (at `template`, a
+/// JSON pointer) may have.
+fn template_restart_policy(
+    object: &Value,
+    template: &str,
+    allowed: &[&str],
+    causes: &mut Vec<Cause>,
+) {
+    let policy = object.pointer(&format!("{template}/spec/restartPolicy"));
+    if let Some(policy) = policy
+        && !allowed.iter().any(|a| policy.as_str() == Some(a))
+    {
+        let path = format!("{}.spec.restartPolicy", template[1..].replace('/', "."));
+        causes.push(Cause::not_supported(path, policy, allowed));
     }
 }
 
@@ -446,6 +520,42 @@ mod tests {
                 "spec.template.spec.containers[0].name",
                 "spec.template.spec.containers[0].image"
             ]
+        );
+    }
+
+    #[test]
+    fn requests_fit_their_limits_and_jobs_do_not_restart_always() {
+        let registry = Registry::builtin();
+        let def = registry.get("", "v1", "pods").expect("def");
+        let pod = json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {
+            "requests": {"cpu": "2", "memory": "-1"}, "limits": {"cpu": "1"}}}]}});
+        let causes: Vec<(String, String)> = validate(def, &pod)
+            .into_iter()
+            .map(|c| (c.field, c.message))
+            .collect();
+        assert_eq!(
+            causes,
+            vec![
+                (
+                    "spec.containers[0].resources.requests[memory]".to_string(),
+                    r#"Invalid value: "-1": must be greater than or equal to 0"#.to_string()
+                ),
+                (
+                    "spec.containers[0].resources.requests[cpu]".to_string(),
+                    r#"Invalid value: "2": must be less than or equal to cpu limit of 1"#
+                        .to_string()
+                ),
+            ]
+        );
+        let def = registry.get("batch", "v1", "jobs").expect("def");
+        let mut job = json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        apply(def, &mut job);
+        let causes = validate(def, &job);
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(causes[0].field, "spec.template.spec.restartPolicy");
+        assert_eq!(
+            causes[0].message,
+            r#"Unsupported value: "Always": supported values: "OnFailure", "Never""#
         );
     }
 

@@ -19,6 +19,7 @@ pub mod openapi;
 pub mod openapi_pb;
 pub mod patch;
 pub mod protobuf;
+pub mod quantity;
 pub mod selector;
 pub mod structure;
 pub mod table;

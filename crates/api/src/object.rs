@@ -222,6 +222,7 @@ pub fn prepare_create(
     {
         root.remove("status");
     }
+    crate::quantity::canonicalize(def, object)?;
     crate::defaults::apply(def, object);
     validate_change(def, object, None, Vec::new())
 }
@@ -391,6 +392,7 @@ pub fn prepare_update(
             .unwrap_or(0);
         new["metadata"]["generation"] = json!(generation + 1);
     }
+    crate::quantity::canonicalize(def, new)?;
     crate::defaults::apply(def, new);
     let via = match part {
         Part::Main => Some(Via::Main),

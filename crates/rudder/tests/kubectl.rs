@@ -115,6 +115,41 @@ fn every_installed_kubectl_works() {
                 ],
                 "data: Forbidden: field is immutable when `immutable` is set",
             );
+            // Quantities: written back canonically, refused when malformed.
+            let pod = |cpu: &str| {
+                format!(
+                    "apiVersion: v1\nkind: Pod\nmetadata: {{name: q}}\nspec:\n  restartPolicy: Never\n  containers:\n  - {{name: c, image: registry.local/q:1, resources: {{requests: {{cpu: \"{cpu}\", memory: 1024Mi}}}}}}\n"
+                )
+            };
+            let (ok, out) = k.run(&["create", "-f", "-"], Some(&pod("lots")));
+            if ok
+                || !out.contains("BadRequest")
+                || !out.contains("quantities must match the regular expression")
+            {
+                f.push(format!(
+                    "a malformed quantity is a BadRequest: ({ok}) {out}"
+                ));
+            }
+            k.expect(
+                f,
+                "a pod with quantities",
+                &["create", "-f", "-"],
+                Some(&pod("1500m")),
+                "pod/q created",
+            );
+            k.expect(
+                f,
+                "quantities in canonical form",
+                &[
+                    "get",
+                    "pod",
+                    "q",
+                    "-o",
+                    "jsonpath={.spec.containers[0].resources.requests}",
+                ],
+                None,
+                r#"{"cpu":"1500m","memory":"1Gi"}"#,
+            );
             k.refuse(
                 f,
                 "AlreadyExists",
