@@ -77,9 +77,10 @@ pub fn scope<'a>(ctx: &'a Context, part: Part, api_version: &'a str, now: &'a st
         }
     };
     let (subresource, ignore) = match part {
-        Part::Main if object::has_status_subresource(ctx.def()) => ("", Ignore::Status),
-        Part::Main => ("", Ignore::Nothing),
-        Part::Binding => ("binding", Ignore::Nothing),
+        Part::Main | Part::Binding if object::has_status_subresource(ctx.def()) => {
+            ("", Ignore::Status)
+        }
+        Part::Main | Part::Binding => ("", Ignore::Nothing),
         Part::Status => ("status", Ignore::AllButStatus),
     };
     Scope {

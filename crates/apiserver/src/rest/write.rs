@@ -213,7 +213,9 @@ where
         services::keep_on_update(def, &mut new, &old)?;
     }
     object::prepare_update(def, &mut new, &old, part)?;
-    if !apply::is_apply(ctx) {
+    // A binding leaves the Pod's managed fields as they are, as upstream's
+    // binding storage writes the Pod directly.
+    if !apply::is_apply(ctx) && part != Part::Binding {
         apply::record_update(ctx, part, Some(&old), &mut new)?;
     }
     set_resource_version(&mut new, revision);
