@@ -33,7 +33,10 @@ pub fn apply(def: &ResourceDef, object: &mut Value) {
             set_default(object, "/spec/replicas", json!(1));
             template(object, "/spec/template");
         }
-        ("", "Secret") => set_default(object, "/type", json!("Opaque")),
+        ("", "Secret") => {
+            set_default(object, "/type", json!("Opaque"));
+            merge_string_data(object);
+        }
         ("", "Service") => service(object),
         ("apps", "Deployment") => {
             set_default(object, "/spec/replicas", json!(1));
@@ -154,7 +157,31 @@ pub fn validate(def: &ResourceDef, object: &Value) -> Vec<Cause> {
         }
         _ => {}
     }
+    crate::validation::kinds::causes(def, object, &mut causes);
     causes
+}
+
+/// A Secret's `stringData` is write-only: each entry goes into `data`
+/// (base64, over an entry of the same key) and the field is dropped, as
+/// upstream's conversion does.
+fn merge_string_data(object: &mut Value) {
+    let Some(root) = object.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = root.remove("stringData") else {
+        return;
+    };
+    let data = root.entry("data").or_insert_with(|| json!({}));
+    if data.is_null() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (key, value) in strings {
+            let bytes = value.as_str().unwrap_or_default().as_bytes().to_vec();
+            let encoded = serde_json::to_value(k8s_openapi::ByteString(bytes));
+            data.insert(key, encoded.unwrap_or(Value::Null));
+        }
+    }
 }
 
 fn set_default(object: &mut Value, pointer: &str, value: Value) {
@@ -556,6 +583,19 @@ mod tests {
         assert_eq!(
             causes[0].message,
             r#"Unsupported value: "Always": supported values: "OnFailure", "Never""#
+        );
+    }
+
+    #[test]
+    fn a_secrets_string_data_goes_into_its_data() {
+        let registry = Registry::builtin();
+        let def = registry.get("", "v1", "secrets").expect("def");
+        let mut secret =
+            json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "new", "c": "q"}});
+        apply(def, &mut secret);
+        assert_eq!(
+            secret,
+            json!({"type": "Opaque", "data": {"a": "eA==", "b": "bmV3", "c": "cQ=="}})
         );
     }
 

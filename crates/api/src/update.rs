@@ -232,7 +232,7 @@ fn claim(c: &mut Causes<'_>) {
 }
 
 /// A PersistentVolume's fields that are not its volume source.
-const VOLUME_FIELDS: &[&str] = &[
+pub(crate) const VOLUME_FIELDS: &[&str] = &[
     "accessModes",
     "capacity",
     "claimRef",

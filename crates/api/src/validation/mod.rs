@@ -2,6 +2,8 @@
 //! (`apimachinery/pkg/util/validation`), and the validation of object
 //! metadata every kind shares (`apimachinery/pkg/api/validation`).
 
+pub mod kinds;
+
 use serde_json::Value;
 
 use crate::Cause;
