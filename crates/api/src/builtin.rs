@@ -72,7 +72,10 @@ pub fn resources() -> Vec<ResourceDef> {
             short_names: &["cm"]
         },
         core::v1::Endpoints {
-            short_names: &["ep"]
+            short_names: &["ep"],
+            deprecation: Some(
+                "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice"
+            )
         },
         core::v1::Event {
             short_names: &["ev"]

@@ -69,6 +69,9 @@ pub struct ResourceDef {
     pub storage_prefix: Option<String>,
     /// For a custom resource: what its definition says.
     pub custom: Option<Arc<crate::crd::Custom>>,
+    /// The warning every request to a deprecated resource gets, as
+    /// upstream's `Warning: 299` header.
+    pub deprecation: Option<&'static str>,
 }
 
 impl std::fmt::Debug for ResourceDef {
@@ -162,6 +165,7 @@ pub struct Extra<'a> {
     pub verbs: &'a [&'static str],
     pub conversion: Option<crate::conversion::Conversion>,
     pub storage_prefix: Option<&'a str>,
+    pub deprecation: Option<&'static str>,
 }
 
 impl Extra<'static> {
@@ -172,6 +176,7 @@ impl Extra<'static> {
         verbs: STANDARD_VERBS,
         conversion: None,
         storage_prefix: None,
+        deprecation: None,
     };
 }
 
@@ -208,6 +213,7 @@ where
         conversion: extra.conversion,
         storage_prefix: extra.storage_prefix.map(str::to_string),
         custom: None,
+        deprecation: extra.deprecation,
     }
 }
 

@@ -115,6 +115,13 @@ fn every_installed_kubectl_works() {
                 ],
                 "data: Forbidden: field is immutable when `immutable` is set",
             );
+            k.expect(
+                f,
+                "v1 Endpoints warn of their deprecation, as 1.33 does",
+                &["get", "endpoints", "kubernetes", "-n", "default"],
+                None,
+                "Warning: v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice",
+            );
             // Quantities: written back canonically, refused when malformed.
             let pod = |cpu: &str| {
                 format!(

@@ -330,6 +330,7 @@ pub fn definitions(crd: &Value) -> Vec<ResourceDef> {
                 printer_columns,
                 scale,
             })),
+            deprecation: None,
         });
     }
     out

@@ -181,10 +181,14 @@ pub async fn dispatch(AxumState(state): AxumState<Arc<State>>, request: Request)
         Some(sub) => format!("{}/{sub}", resource.def.plural),
         None => resource.def.plural.clone(),
     };
-    let response = match serve(state, request, resource, params, verb).await {
+    let deprecation = resource.def.deprecation;
+    let mut response = match serve(state, request, resource, params, verb).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     };
+    if let Some(warning) = deprecation {
+        response = crate::response::with_warnings(response, &[warning.to_string()]);
+    }
     metrics.request(
         verb.as_str(),
         &label,
