@@ -61,6 +61,12 @@ impl Cached {
         })
     }
 
+    /// The object in another version of its resource (`convert` turns the
+    /// stored form into it), selectable by that version's `fields`.
+    pub fn converted(&self, convert: impl FnOnce(Value) -> Value, fields: &[&str]) -> Arc<Cached> {
+        Cached::new(convert(self.value()), self.revision, fields)
+    }
+
     /// The whole object, parsed from its cached JSON.
     pub fn value(&self) -> Value {
         serde_json::from_slice(&self.json).unwrap_or(Value::Null)

@@ -301,10 +301,6 @@ async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<Cach
         return Ok(None);
     }
     let def = ctx.def();
-    if def.converts() {
-        // The cache holds the stored version; converted versions read the store.
-        return Ok(None);
-    }
     let target = match params.get("resourceVersion") {
         None | Some("") => ctx
             .state
@@ -327,7 +323,14 @@ async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<Cach
     }
     let cache = ctx.state.cache(def);
     cache.wait_for(target).await?;
-    let snapshot = cache.snapshot(&ctx.prefix(), None);
+    let mut snapshot = cache.snapshot(&ctx.prefix(), None);
+    if def.converts() {
+        // The cache holds the stored version: each object converted.
+        let fields = rudder_api::selector::supported_fields(&def.group, &def.kind);
+        for object in &mut snapshot.objects {
+            *object = object.converted(|v| served(def, v), fields);
+        }
+    }
     let limit = params
         .number("limit")?
         .filter(|l| *l > 0)

@@ -200,12 +200,16 @@ pub async fn watch(ctx: Context) -> ApiResult {
         .iter()
         .find(|r| r.equal && r.field == crate::cache::TRIGGER_FIELD)
         .map(|r| r.value.clone());
-    if !def.converts()
-        && cache.wait_for(0).await.is_ok()
+    if cache.wait_for(0).await.is_ok()
         && let Some(subscription) = cache.subscribe(start, &prefix, trigger.as_deref())
     {
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+        let convert = def.converts().then(|| {
+            let fields = rudder_api::selector::supported_fields(&def.group, &def.kind);
+            (def.clone(), fields)
+        });
         let follow = Follow {
+            convert,
             selectors,
             name,
             render,
@@ -344,6 +348,10 @@ fn stream_response(
 
 /// A watch served from the watch cache.
 struct Follow {
+    /// For a version stored as another (autoscaling/v1, events.k8s.io/v1):
+    /// its definition and selectable fields, each cached object converted
+    /// for this watcher.
+    convert: Option<(std::sync::Arc<ResourceDef>, &'static [&'static str])>,
     selectors: Selectors,
     name: Option<String>,
     render: Render,
@@ -355,15 +363,24 @@ struct Follow {
 }
 
 impl Follow {
+    /// A cached object as this watch serves it.
+    fn view(&self, object: &std::sync::Arc<Cached>) -> std::sync::Arc<Cached> {
+        match &self.convert {
+            Some((def, fields)) => object.converted(|v| served(def, v), fields),
+            None => object.clone(),
+        }
+    }
+
     fn line(&mut self, event: &CachedEvent) -> Option<Bytes> {
         match event {
             CachedEvent::Change {
                 kind, object, prev, ..
             } => {
+                let (object, prev) = (self.view(object), prev.as_ref().map(|p| self.view(p)));
                 let matches = selects(&self.selectors, self.name.as_deref());
                 let new = (*kind != EventKind::Deleted).then_some(&object.selectable);
                 let what = transition(*kind, new, prev.as_ref().map(|p| &p.selectable), &matches)?;
-                Some(self.render.cached_line(what, object))
+                Some(self.render.cached_line(what, &object))
             }
             CachedEvent::Progress(revision) => {
                 self.bookmarks.then(|| self.render.bookmark(*revision))
@@ -386,7 +403,8 @@ impl Follow {
             let matches = selects(&self.selectors, self.name.as_deref());
             let objects: Vec<_> = snapshot
                 .objects
-                .into_iter()
+                .iter()
+                .map(|o| self.view(o))
                 .filter(|o| matches(&o.selectable))
                 .collect();
             for object in objects {
