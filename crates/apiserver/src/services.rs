@@ -463,17 +463,18 @@ pub async fn bootstrap(state: &State, advertise: IpAddr, port: u16) -> anyhow::R
         "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
         "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
     });
+    // Endpoints that cannot be written (say, a slice whose address type the
+    // new address would change, which is immutable) are reported, not
+    // fatal: the API server serves without them.
     let default = Some("default");
-    ensure(
-        state,
-        ("", "v1", "endpoints"),
-        default,
-        endpoints,
-        Keep::Content,
-    )
-    .await?;
-    let slices = ("discovery.k8s.io", "v1", "endpointslices");
-    ensure(state, slices, default, slice, Keep::Content).await?;
+    for (resource, object) in [
+        (("", "v1", "endpoints"), endpoints),
+        (("discovery.k8s.io", "v1", "endpointslices"), slice),
+    ] {
+        if let Err(error) = ensure(state, resource, default, object, Keep::Content).await {
+            tracing::warn!(%error, "could not point the kubernetes service at this server");
+        }
+    }
     Ok(())
 }
 
