@@ -348,7 +348,13 @@ fn pod_spec_causes(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
             causes.push(Cause::required(format!("{path}.containers")))
         }
         Some(containers) => {
+            let volumes = validation::pod::volumes(spec, path, causes);
             let mut names = std::collections::HashSet::new();
+            let init = spec.get("initContainers").and_then(Value::as_array);
+            for (i, c) in init.into_iter().flatten().enumerate() {
+                let at = format!("{path}.initContainers[{i}]");
+                validation::pod::container(c, &at, &volumes, causes);
+            }
             for (i, c) in containers.iter().enumerate() {
                 let at = format!("{path}.containers[{i}]");
                 match c.get("name").and_then(Value::as_str) {
@@ -367,7 +373,7 @@ fn pod_spec_causes(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
                 {
                     causes.push(Cause::required(format!("{at}.image")));
                 }
-                resource_causes(c, &at, causes);
+                validation::pod::container(c, &at, &volumes, causes);
             }
         }
     }
@@ -379,43 +385,6 @@ fn pod_spec_causes(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
             policy,
             &["Always", "OnFailure", "Never"],
         ));
-    }
-}
-
-/// A container's requests and limits: none below zero, no request above
-/// its limit.
-fn resource_causes(container: &Value, at: &str, causes: &mut Vec<Cause>) {
-    use crate::quantity::Quantity;
-    let parsed = |field: &str| -> Vec<(String, Quantity)> {
-        let map = container.pointer(&format!("/resources/{field}"));
-        map.and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .filter_map(|(name, q)| Some((name.clone(), Quantity::parse(q.as_str()?).ok()?)))
-            .collect()
-    };
-    let (requests, limits) = (parsed("requests"), parsed("limits"));
-    for (field, list) in [("requests", &requests), ("limits", &limits)] {
-        for (name, q) in list.iter().filter(|(_, q)| q.is_negative()) {
-            let path = format!("{at}.resources.{field}[{name}]");
-            causes.push(Cause::invalid(
-                path,
-                &json!(q.canonical()),
-                "must be greater than or equal to 0",
-            ));
-        }
-    }
-    for (name, request) in &requests {
-        if let Some((_, limit)) = limits.iter().find(|(n, _)| n == name)
-            && request.cmp_value(limit).is_gt()
-        {
-            let path = format!("{at}.resources.requests[{name}]");
-            let why = format!(
-                "must be less than or equal to {name} limit of {}",
-                limit.canonical()
-            );
-            causes.push(Cause::invalid(path, &json!(request.canonical()), &why));
-        }
     }
 }
 

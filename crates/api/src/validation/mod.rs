@@ -3,6 +3,7 @@
 //! metadata every kind shares (`apimachinery/pkg/api/validation`).
 
 pub mod kinds;
+pub mod pod;
 
 use serde_json::Value;
 

@@ -1,0 +1,352 @@
+//! What upstream's `ValidatePodSpec` requires of volumes and containers
+//! beyond names and images (`defaults.rs` checks those): one source per
+//! volume, mounts of volumes that exist, ports, environment variables,
+//! probes, pull and DNS policies, and requests within limits — with
+//! upstream's field paths and words.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use crate::Cause;
+use crate::quantity::Quantity;
+
+/// The fields of a `Volume` that are not its source.
+const NOT_SOURCES: &[&str] = &["name"];
+
+const PROBE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "grpc"];
+
+/// The spec's volumes (at `path`.volumes); the names of those declared.
+pub fn volumes(spec: &Value, path: &str, causes: &mut Vec<Cause>) -> HashSet<String> {
+    let mut names = HashSet::new();
+    let list = spec.get("volumes").and_then(Value::as_array);
+    for (i, volume) in list.into_iter().flatten().enumerate() {
+        let at = format!("{path}.volumes[{i}]");
+        match volume.get("name").and_then(Value::as_str) {
+            None | Some("") => causes.push(Cause::required(format!("{at}.name"))),
+            Some(name) => {
+                if let Err(why) = super::dns1123_label(name) {
+                    causes.push(Cause::invalid(format!("{at}.name"), &json!(name), &why));
+                } else if !names.insert(name.to_string()) {
+                    causes.push(Cause::duplicate(format!("{at}.name"), &json!(name)));
+                }
+            }
+        }
+        let sources: Vec<&String> = volume
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, v)| !v.is_null() && !NOT_SOURCES.contains(&k.as_str()))
+            .map(|(k, _)| k)
+            .collect();
+        match sources.as_slice() {
+            [] => causes.push(Cause::new(
+                "FieldValueRequired",
+                at,
+                "Required value: must specify a volume type",
+            )),
+            [_] => {}
+            [_, second, ..] => causes.push(Cause::forbidden(
+                format!("{at}.{second}"),
+                "may not specify more than 1 volume type",
+            )),
+        }
+    }
+    if let Some(policy) = spec.get("dnsPolicy")
+        && !matches!(
+            policy.as_str(),
+            Some("ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None")
+        )
+    {
+        causes.push(Cause::not_supported(
+            format!("{path}.dnsPolicy"),
+            policy,
+            &["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"],
+        ));
+    }
+    names
+}
+
+/// One container (at `at`) of a spec whose volumes are `volumes`.
+pub fn container(container: &Value, at: &str, volumes: &HashSet<String>, causes: &mut Vec<Cause>) {
+    mounts(container, at, volumes, causes);
+    ports(container, at, causes);
+    env(container, at, causes);
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(p) = container.get(probe).filter(|p| p.is_object()) {
+            let handlers: Vec<&&str> = PROBE_HANDLERS
+                .iter()
+                .filter(|h| p.get(**h).is_some_and(|v| !v.is_null()))
+                .collect();
+            match handlers.as_slice() {
+                [] => causes.push(Cause::new(
+                    "FieldValueRequired",
+                    format!("{at}.{probe}"),
+                    "Required value: must specify a handler type",
+                )),
+                [_] => {}
+                [_, second, ..] => causes.push(Cause::forbidden(
+                    format!("{at}.{probe}.{second}"),
+                    "may not specify more than 1 handler type",
+                )),
+            }
+        }
+    }
+    if let Some(policy) = container.get("imagePullPolicy")
+        && !matches!(policy.as_str(), Some("Always" | "IfNotPresent" | "Never"))
+    {
+        causes.push(Cause::not_supported(
+            format!("{at}.imagePullPolicy"),
+            policy,
+            &["Always", "IfNotPresent", "Never"],
+        ));
+    }
+    resources(container, at, causes);
+}
+
+fn mounts(container: &Value, at: &str, volumes: &HashSet<String>, causes: &mut Vec<Cause>) {
+    let mut paths = HashSet::new();
+    let list = container.get("volumeMounts").and_then(Value::as_array);
+    for (i, mount) in list.into_iter().flatten().enumerate() {
+        let at = format!("{at}.volumeMounts[{i}]");
+        match mount.get("name").and_then(Value::as_str) {
+            None | Some("") => causes.push(Cause::required(format!("{at}.name"))),
+            Some(name) if !volumes.contains(name) => causes.push(Cause::new(
+                "FieldValueNotFound",
+                format!("{at}.name"),
+                format!("Not found: {name:?}"),
+            )),
+            Some(_) => {}
+        }
+        match mount.get("mountPath").and_then(Value::as_str) {
+            None | Some("") => causes.push(Cause::required(format!("{at}.mountPath"))),
+            Some(path) if !paths.insert(path.to_string()) => causes.push(Cause::invalid(
+                format!("{at}.mountPath"),
+                &json!(path),
+                "must be unique",
+            )),
+            Some(_) => {}
+        }
+    }
+}
+
+fn ports(container: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let mut names = HashSet::new();
+    let list = container.get("ports").and_then(Value::as_array);
+    for (i, port) in list.into_iter().flatten().enumerate() {
+        let at = format!("{at}.ports[{i}]");
+        match port.get("containerPort").and_then(Value::as_i64) {
+            None | Some(0) => causes.push(Cause::required(format!("{at}.containerPort"))),
+            Some(p) if !(1..=65535).contains(&p) => causes.push(Cause::invalid(
+                format!("{at}.containerPort"),
+                &json!(p),
+                "must be between 1 and 65535, inclusive",
+            )),
+            Some(_) => {}
+        }
+        if let Some(protocol) = port.get("protocol")
+            && !matches!(protocol.as_str(), Some("TCP" | "UDP" | "SCTP"))
+        {
+            causes.push(Cause::not_supported(
+                format!("{at}.protocol"),
+                protocol,
+                &["SCTP", "TCP", "UDP"],
+            ));
+        }
+        if let Some(name) = port
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            if let Err(why) = service_port_name(name) {
+                causes.push(Cause::invalid(format!("{at}.name"), &json!(name), &why));
+            } else if !names.insert(name.to_string()) {
+                causes.push(Cause::duplicate(format!("{at}.name"), &json!(name)));
+            }
+        }
+    }
+}
+
+/// Upstream's `IsValidPortName` (an IANA service name).
+fn service_port_name(name: &str) -> Result<(), String> {
+    let mut problems = Vec::new();
+    if name.len() > 15 {
+        problems.push("must be no more than 15 characters");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        problems.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
+    }
+    if name.contains("--") {
+        problems.push("must not contain consecutive hyphens");
+    }
+    if !name.chars().any(|c| c.is_ascii_lowercase()) {
+        problems.push("must contain at least one letter (a-z)");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        problems.push("must not begin or end with a hyphen");
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join(", "))
+    }
+}
+
+fn env(container: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let list = container.get("env").and_then(Value::as_array);
+    for (i, var) in list.into_iter().flatten().enumerate() {
+        let at = format!("{at}.env[{i}]");
+        if var
+            .get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            causes.push(Cause::required(format!("{at}.name")));
+        }
+        let has_value = var
+            .get("value")
+            .and_then(Value::as_str)
+            .is_some_and(|v| !v.is_empty());
+        if has_value && var.get("valueFrom").is_some_and(|v| !v.is_null()) {
+            causes.push(Cause::invalid(
+                format!("{at}.valueFrom"),
+                &json!(""),
+                "may not be specified when `value` is not empty",
+            ));
+        }
+    }
+}
+
+/// Requests and limits: none below zero, no request above its limit.
+fn resources(container: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let parsed = |field: &str| -> Vec<(String, Quantity)> {
+        let map = container.pointer(&format!("/resources/{field}"));
+        map.and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, q)| Some((name.clone(), Quantity::parse(q.as_str()?).ok()?)))
+            .collect()
+    };
+    let (requests, limits) = (parsed("requests"), parsed("limits"));
+    for (field, list) in [("requests", &requests), ("limits", &limits)] {
+        for (name, q) in list.iter().filter(|(_, q)| q.is_negative()) {
+            let path = format!("{at}.resources.{field}[{name}]");
+            let value = json!(q.canonical());
+            causes.push(Cause::invalid(
+                path,
+                &value,
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    for (name, request) in &requests {
+        if let Some((_, limit)) = limits.iter().find(|(n, _)| n == name)
+            && request.cmp_value(limit).is_gt()
+        {
+            let path = format!("{at}.resources.requests[{name}]");
+            let why = format!(
+                "must be less than or equal to {name} limit of {}",
+                limit.canonical()
+            );
+            causes.push(Cause::invalid(path, &json!(request.canonical()), &why));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_causes(spec: Value) -> Vec<(String, String)> {
+        let mut causes = Vec::new();
+        let volumes = volumes(&spec, "spec", &mut causes);
+        for (i, c) in spec["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            container(c, &format!("spec.containers[{i}]"), &volumes, &mut causes);
+        }
+        causes.into_iter().map(|c| (c.field, c.message)).collect()
+    }
+
+    #[test]
+    fn volumes_mounts_ports_env_and_probes() {
+        let found = spec_causes(json!({
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "both", "emptyDir": {}, "hostPath": {"path": "/x"}}, {"name": "none"}],
+            "dnsPolicy": "Sometimes",
+            "containers": [{
+                "name": "c", "image": "i",
+                "volumeMounts": [{"name": "data", "mountPath": "/d"}, {"name": "logs", "mountPath": "/d"}],
+                "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 70000, "protocol": "ICMP", "name": "http"}],
+                "env": [{"name": "A", "value": "x", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, {"value": "y"}],
+                "livenessProbe": {"periodSeconds": 5},
+                "imagePullPolicy": "Sometimes"
+            }]
+        }));
+        let expected = [
+            (
+                "spec.volumes[1].hostPath",
+                "Forbidden: may not specify more than 1 volume type",
+            ),
+            (
+                "spec.volumes[2]",
+                "Required value: must specify a volume type",
+            ),
+            (
+                "spec.dnsPolicy",
+                r#"Unsupported value: "Sometimes": supported values: "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None""#,
+            ),
+            (
+                "spec.containers[0].volumeMounts[1].name",
+                r#"Not found: "logs""#,
+            ),
+            (
+                "spec.containers[0].volumeMounts[1].mountPath",
+                r#"Invalid value: "/d": must be unique"#,
+            ),
+            (
+                "spec.containers[0].ports[1].containerPort",
+                "Invalid value: 70000: must be between 1 and 65535, inclusive",
+            ),
+            (
+                "spec.containers[0].ports[1].protocol",
+                r#"Unsupported value: "ICMP": supported values: "SCTP", "TCP", "UDP""#,
+            ),
+            (
+                "spec.containers[0].ports[1].name",
+                r#"Duplicate value: "http""#,
+            ),
+            (
+                "spec.containers[0].env[0].valueFrom",
+                r#"Invalid value: "": may not be specified when `value` is not empty"#,
+            ),
+            ("spec.containers[0].env[1].name", "Required value"),
+            (
+                "spec.containers[0].livenessProbe",
+                "Required value: must specify a handler type",
+            ),
+            (
+                "spec.containers[0].imagePullPolicy",
+                r#"Unsupported value: "Sometimes": supported values: "Always", "IfNotPresent", "Never""#,
+            ),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(f, m)| (f.to_string(), m.to_string()))
+            .collect();
+        assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn port_names_are_iana_service_names() {
+        assert!(service_port_name("http-alt").is_ok());
+        assert!(service_port_name("8080").is_err());
+        assert!(service_port_name("a-very-long-port-name").is_err());
+        assert!(service_port_name("Http").is_err());
+    }
+}
