@@ -357,16 +357,7 @@ fn pod_spec_causes(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
             }
             for (i, c) in containers.iter().enumerate() {
                 let at = format!("{path}.containers[{i}]");
-                match c.get("name").and_then(Value::as_str) {
-                    None | Some("") => causes.push(Cause::required(format!("{at}.name"))),
-                    Some(name) => {
-                        if let Err(why) = validation::dns1123_label(name) {
-                            causes.push(Cause::invalid(format!("{at}.name"), &json!(name), &why));
-                        } else if !names.insert(name.to_string()) {
-                            causes.push(Cause::duplicate(format!("{at}.name"), &json!(name)));
-                        }
-                    }
-                }
+                validation::pod::unique_name(c, &at, &mut names, causes);
                 if c.get("image")
                     .and_then(Value::as_str)
                     .is_none_or(|i| i.trim().is_empty())

@@ -22,16 +22,7 @@ pub fn volumes(spec: &Value, path: &str, causes: &mut Vec<Cause>) -> HashSet<Str
     let list = spec.get("volumes").and_then(Value::as_array);
     for (i, volume) in list.into_iter().flatten().enumerate() {
         let at = format!("{path}.volumes[{i}]");
-        match volume.get("name").and_then(Value::as_str) {
-            None | Some("") => causes.push(Cause::required(format!("{at}.name"))),
-            Some(name) => {
-                if let Err(why) = super::dns1123_label(name) {
-                    causes.push(Cause::invalid(format!("{at}.name"), &json!(name), &why));
-                } else if !names.insert(name.to_string()) {
-                    causes.push(Cause::duplicate(format!("{at}.name"), &json!(name)));
-                }
-            }
-        }
+        unique_name(volume, &at, &mut names, causes);
         let sources: Vec<&String> = volume
             .as_object()
             .into_iter()
@@ -65,6 +56,21 @@ pub fn volumes(spec: &Value, path: &str, causes: &mut Vec<Cause>) -> HashSet<Str
         ));
     }
     names
+}
+
+/// The `name` of a volume or container (at `at`): present, a DNS label,
+/// not among `names` seen before.
+pub fn unique_name(object: &Value, at: &str, names: &mut HashSet<String>, causes: &mut Vec<Cause>) {
+    match object.get("name").and_then(Value::as_str) {
+        None | Some("") => causes.push(Cause::required(format!("{at}.name"))),
+        Some(name) => {
+            if let Err(why) = super::dns1123_label(name) {
+                causes.push(Cause::invalid(format!("{at}.name"), &json!(name), &why));
+            } else if !names.insert(name.to_string()) {
+                causes.push(Cause::duplicate(format!("{at}.name"), &json!(name)));
+            }
+        }
+    }
 }
 
 /// One container (at `at`) of a spec whose volumes are `volumes`.
