@@ -12,6 +12,15 @@ use crate::registry::ResourceDef;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
+/// What a Secret's or ConfigMap's data may total (upstream's
+/// `MaxSecretSize`).
+const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+fn too_long(field: &str) -> Cause {
+    let message = format!("Too long: may not be more than {MAX_DATA_BYTES} bytes");
+    Cause::new("FieldValueTooLong", field, message)
+}
+
 /// Appends the causes `object` of `def`'s kind has.
 pub fn causes(def: &ResourceDef, object: &Value, out: &mut Vec<Cause>) {
     let mut c = Check { object, out };
@@ -36,7 +45,18 @@ pub fn causes(def: &ResourceDef, object: &Value, out: &mut Vec<Cause>) {
                 c.required("spec.resources[storage]");
             }
         }
-        ("", "Secret") => c.typed_secret(),
+        ("", "Secret") => {
+            c.typed_secret();
+            if c.data_bytes("/data", true) > MAX_DATA_BYTES {
+                c.out.push(too_long("data"));
+            }
+        }
+        ("", "ConfigMap")
+            if c.data_bytes("/data", false) + c.data_bytes("/binaryData", true)
+                > MAX_DATA_BYTES =>
+        {
+            c.out.push(too_long(""));
+        }
         ("storage.k8s.io", "StorageClass") => {
             c.required_string("/provisioner", "provisioner");
             c.one_of("/reclaimPolicy", "reclaimPolicy", &["Delete", "Retain"]);
@@ -131,6 +151,19 @@ impl Check<'_> {
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The bytes a map of strings holds; `base64`: its values encode them.
+    fn data_bytes(&self, pointer: &str, base64: bool) -> usize {
+        let values = self.at(pointer).and_then(Value::as_object);
+        let strings = values.into_iter().flatten().filter_map(|(_, v)| v.as_str());
+        strings
+            .map(|s| match base64 {
+                true => (s.len() / 4 * 3)
+                    .saturating_sub(s.bytes().rev().take_while(|b| *b == b'=').count()),
+                false => s.len(),
+            })
+            .sum()
     }
 
     fn required(&mut self, field: &str) {

@@ -210,3 +210,38 @@ fn typed_secrets_ingresses_and_the_rest() {
     );
     assert_eq!(fields(&found), ["spec.policyTypes[1]"]);
 }
+
+#[test]
+fn secrets_and_config_maps_hold_at_most_a_mebibyte() {
+    let big = "x".repeat(600 * 1024);
+    let found = causes(
+        "",
+        "v1",
+        "configmaps",
+        json!({"data": {"a": big, "b": big}}),
+    );
+    assert_eq!(
+        found,
+        vec![(
+            "".to_string(),
+            "Too long: may not be more than 1048576 bytes".to_string()
+        )]
+    );
+    assert_eq!(
+        causes("", "v1", "configmaps", json!({"data": {"a": big}})),
+        vec![]
+    );
+    // 800 KiB twice, base64-encoded.
+    let encoded = "QUFB".repeat(800 * 1024 / 3);
+    let found = causes(
+        "",
+        "v1",
+        "secrets",
+        json!({"data": {"a": encoded, "b": encoded}}),
+    );
+    assert_eq!(fields(&found), ["data"]);
+    assert_eq!(
+        causes("", "v1", "secrets", json!({"data": {"a": encoded}})),
+        vec![]
+    );
+}
