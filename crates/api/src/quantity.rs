@@ -451,6 +451,48 @@ mod tests {
     }
 
     #[test]
+    fn odd_inputs_never_panic() {
+        let pieces = [
+            "",
+            "-",
+            "+",
+            ".",
+            "0",
+            "9",
+            "1.",
+            ".5",
+            "e",
+            "E",
+            "e-",
+            "e40",
+            "e-40",
+            "Ki",
+            "Ei",
+            "m",
+            "n",
+            "k",
+            "99999999999999999999",
+            "0.000000000001",
+            "=",
+            " ",
+        ];
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    let text = format!("{a}{b}{c}");
+                    if let Ok(q) = Quantity::parse(&text) {
+                        // The canonical form is stable and means the same.
+                        let once = q.canonical();
+                        let again = Quantity::parse(&once).expect(&once);
+                        assert_eq!(again.canonical(), once, "{text:?}");
+                        assert!(again.cmp_value(&q).is_eq(), "{text:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn quantities_compare_by_value() {
         let q = |s: &str| Quantity::parse(s).expect(s);
         assert!(q("500m").cmp_value(&q("1")).is_lt());
