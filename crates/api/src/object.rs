@@ -399,7 +399,15 @@ pub fn prepare_update(
         Part::Binding => Some(Via::Binding),
         Part::Status => None,
     };
-    let changes = via.map_or_else(Vec::new, |via| crate::update::validate(def, new, old, via));
+    let changes = via.map_or_else(Vec::new, |via| {
+        // The stored object as it would be written today (defaults and
+        // canonical quantities of this version), so that what an older
+        // version wrote does not count as a change.
+        let mut stored = old.clone();
+        let _ = crate::quantity::canonicalize(def, &mut stored);
+        crate::defaults::apply(def, &mut stored);
+        crate::update::validate(def, new, &stored, via)
+    });
     validate_change(def, new, Some(old), changes)
 }
 
@@ -521,6 +529,24 @@ mod tests {
             unknown_fields(def, &object).expect_err("type error").code,
             400
         );
+    }
+
+    #[test]
+    fn a_pod_written_by_an_older_version_takes_a_label() {
+        let registry = Registry::builtin();
+        let def = registry.get("", "v1", "pods").expect("def");
+        // Stored without today's defaults and with a quantity not in
+        // canonical form, as an older server could have written it.
+        let old = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "uid": "u", "creationTimestamp": "2026-11-30T00:00:00Z"},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1000m"}}}]}});
+        let mut relabeled = old.clone();
+        relabeled["metadata"]["labels"] = json!({"a": "b"});
+        prepare_update(def, &mut relabeled, &old, Part::Main).expect("a label is no spec change");
+        let mut changed = old.clone();
+        changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("2");
+        let refused = prepare_update(def, &mut changed, &old, Part::Main).expect_err("spec change");
+        assert_eq!(refused.code, 422);
     }
 
     #[test]
