@@ -68,6 +68,11 @@ pub fn resources() -> Vec<ResourceDef> {
     resources![
         // core/v1
         core::v1::Binding { verbs: CREATE },
+        core::v1::ComponentStatus {
+            short_names: &["cs"],
+            verbs: &["get", "list"],
+            deprecation: Some("v1 ComponentStatus is deprecated in v1.19+")
+        },
         core::v1::ConfigMap {
             short_names: &["cm"]
         },

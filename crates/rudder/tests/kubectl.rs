@@ -122,6 +122,17 @@ fn every_installed_kubectl_works() {
                 None,
                 "Warning: v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice",
             );
+            let (ok, out) = k.run(&["get", "componentstatuses"], None);
+            let healthy = out
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["storage", "Healthy", "ok"]);
+            if !ok
+                || !healthy
+                || !out.contains("NAME")
+                || !out.contains("v1 ComponentStatus is deprecated in v1.19+")
+            {
+                f.push(format!("componentstatuses: ({ok}) {out}"));
+            }
             // Quantities: written back canonically, refused when malformed.
             let pod = |cpu: &str| {
                 format!(

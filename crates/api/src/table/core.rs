@@ -811,3 +811,28 @@ pub(super) fn resource_quota(o: &Value, now: i64) -> Vec<Cell> {
         age(o, now),
     ]
 }
+
+pub(super) fn component_status(o: &Value, _now: i64) -> Vec<Cell> {
+    let healthy = condition(o, "/conditions", "Healthy");
+    let status = match healthy.map(|c| str_at(c, "/status")) {
+        Some("True") => "Healthy",
+        Some(_) => "Unhealthy",
+        None => "Unknown",
+    };
+    let field = |f: &str| healthy.map_or("", |c| str_at(c, f));
+    vec![
+        name(o),
+        (
+            col("Status", "string", "Status of the component conditions"),
+            json!(status),
+        ),
+        (
+            col("Message", "string", "Message of the component conditions"),
+            json!(field("/message")),
+        ),
+        (
+            col("Error", "string", "Error of the component conditions"),
+            json!(field("/error")),
+        ),
+    ]
+}

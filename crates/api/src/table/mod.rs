@@ -129,6 +129,7 @@ fn printer(group: &str, kind: &str) -> Option<Printer> {
     Some(match (group, kind) {
         ("", "Pod") => core::pod,
         ("", "PodTemplate") => core::pod_template,
+        ("", "ComponentStatus") => core::component_status,
         ("", "ReplicationController") => workloads::replication_controller,
         ("", "Service") => core::service,
         ("", "Endpoints") => core::endpoints,

@@ -3,6 +3,7 @@
 //! registry entry (ARCHITECTURE.md §4).
 
 mod apply;
+mod components;
 pub(crate) mod objects;
 mod read;
 mod subresource;
@@ -263,6 +264,9 @@ async fn serve(
         headers,
         user,
     };
+    if ctx.def().group.is_empty() && ctx.def().kind == "ComponentStatus" {
+        return components::serve(&ctx, verb).await;
+    }
     match (verb, ctx.resource.subresource.as_deref()) {
         (Verb::List, _) => read::list(&ctx).await,
         (Verb::Watch, _) => watch::watch(ctx).await,
