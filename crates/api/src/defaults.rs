@@ -78,9 +78,19 @@ pub fn apply(def: &ResourceDef, object: &mut Value) {
             template(object, "/spec/template");
         }
         ("batch", "Job") => {
+            // A work queue (parallelism without completions) keeps its
+            // completions unset.
+            let set = |p: &str| object.pointer(p).is_some_and(|v| !v.is_null());
+            if !set("/spec/parallelism") && !set("/spec/completions") {
+                set_default(object, "/spec/completions", json!(1));
+            }
             set_default(object, "/spec/parallelism", json!(1));
-            set_default(object, "/spec/completions", json!(1));
             set_default(object, "/spec/backoffLimit", json!(6));
+            let replacement = match object.pointer("/spec/podFailurePolicy") {
+                Some(p) if !p.is_null() => "Failed",
+                _ => "TerminatingOrFailed",
+            };
+            set_default(object, "/spec/podReplacementPolicy", json!(replacement));
             set_default(object, "/spec/completionMode", json!("NonIndexed"));
             set_default(object, "/spec/suspend", json!(false));
             template(object, "/spec/jobTemplate/spec/template");
@@ -161,6 +171,45 @@ pub fn validate(def: &ResourceDef, object: &Value) -> Vec<Cause> {
     causes
 }
 
+/// What only a create sets: a Job's generated selector (unless it asks for
+/// `manualSelector`) — its pods labelled with the Job's uid and name, and
+/// the selector matching the uid, as upstream's Job strategy does.
+pub fn on_create(def: &ResourceDef, object: &mut Value) {
+    if (def.group.as_str(), def.kind.as_str()) != ("batch", "Job")
+        || object.pointer("/spec/manualSelector") == Some(&json!(true))
+    {
+        return;
+    }
+    let uid = object.pointer("/metadata/uid").cloned().unwrap_or_default();
+    let name = object
+        .pointer("/metadata/name")
+        .cloned()
+        .unwrap_or_default();
+    if object
+        .pointer("/spec/template")
+        .is_none_or(|t| !t.is_object())
+    {
+        return;
+    }
+    for (label, value) in [
+        ("job-name", &name),
+        ("batch.kubernetes.io/job-name", &name),
+        ("controller-uid", &uid),
+        ("batch.kubernetes.io/controller-uid", &uid),
+    ] {
+        set_default(
+            object,
+            &format!(
+                "/spec/template/metadata/labels/{}",
+                label.replace('/', "~1")
+            ),
+            value.clone(),
+        );
+    }
+    let key = "/spec/selector/matchLabels/batch.kubernetes.io~1controller-uid";
+    set_default(object, key, uid);
+}
+
 /// A Secret's `stringData` is write-only: each entry goes into `data`
 /// (base64, over an entry of the same key) and the field is dropped, as
 /// upstream's conversion does.
@@ -189,16 +238,21 @@ fn set_default(object: &mut Value, pointer: &str, value: Value) {
         return;
     }
     let mut at = object;
-    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    // JSON pointer tokens, unescaped (`~1` is `/`, `~0` is `~`).
+    let parts: Vec<String> = pointer
+        .trim_start_matches('/')
+        .split('/')
+        .map(|p| p.replace("~1", "/").replace("~0", "~"))
+        .collect();
     for (i, part) in parts.iter().enumerate() {
         let Some(map) = at.as_object_mut() else {
             return;
         };
         if i == parts.len() - 1 {
-            map.insert((*part).to_string(), value);
+            map.insert(part.clone(), value);
             return;
         }
-        at = map.entry((*part).to_string()).or_insert_with(|| json!({}));
+        at = map.entry(part.clone()).or_insert_with(|| json!({}));
         if at.is_null() {
             *at = json!({});
         }
@@ -544,6 +598,35 @@ mod tests {
             causes[0].message,
             r#"Unsupported value: "Always": supported values: "OnFailure", "Never""#
         );
+    }
+
+    #[test]
+    fn a_job_gets_a_generated_selector_and_upstreams_defaults() {
+        let registry = Registry::builtin();
+        let def = registry.get("batch", "v1", "jobs").expect("def");
+        let mut job = json!({"metadata": {"name": "pi", "uid": "u-1"}, "spec": {"parallelism": 3,
+            "template": {"metadata": {"labels": {"app": "pi"}}, "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}});
+        on_create(def, &mut job);
+        apply(def, &mut job);
+        assert_eq!(
+            job["spec"]["template"]["metadata"]["labels"],
+            json!({"app": "pi", "job-name": "pi", "batch.kubernetes.io/job-name": "pi", "controller-uid": "u-1", "batch.kubernetes.io/controller-uid": "u-1"})
+        );
+        assert_eq!(
+            job["spec"]["selector"],
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+        );
+        // A work queue keeps its completions unset.
+        assert_eq!(job["spec"]["completions"], Value::Null);
+        assert_eq!(
+            job["spec"]["podReplacementPolicy"],
+            json!("TerminatingOrFailed")
+        );
+        assert!(validate(def, &job).is_empty(), "{:?}", validate(def, &job));
+        // manualSelector: the selector is the user's.
+        let mut manual = json!({"metadata": {"name": "m", "uid": "u-2"}, "spec": {"manualSelector": true, "template": {"spec": {}}}});
+        on_create(def, &mut manual);
+        assert_eq!(manual["spec"].get("selector"), None);
     }
 
     #[test]

@@ -223,6 +223,7 @@ pub fn prepare_create(
         root.remove("status");
     }
     crate::quantity::canonicalize(def, object)?;
+    crate::defaults::on_create(def, object);
     crate::defaults::apply(def, object);
     validate_change(def, object, None, Vec::new())
 }
