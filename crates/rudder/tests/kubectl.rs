@@ -133,6 +133,79 @@ fn every_installed_kubectl_works() {
             {
                 f.push(format!("componentstatuses: ({ok}) {out}"));
             }
+            // kubectl's typed creates: Kubernetes protobuf bodies on 1.32+,
+            // whose Go zero values are no values, and inline structs.
+            for (args, wanted) in [
+                (
+                    "create deployment typed --image=registry.local/t:1 --port=80 --replicas=0",
+                    "deployment.apps/typed created",
+                ),
+                (
+                    "expose deployment typed --port=80 --type=NodePort",
+                    "service/typed exposed",
+                ),
+                (
+                    "create job tj --image=registry.local/t:1 -- echo hi",
+                    "job.batch/tj created",
+                ),
+                (
+                    "create cronjob tc --image=registry.local/t:1 --schedule=*/5_*_*_*_* -- echo hi",
+                    "cronjob.batch/tc created",
+                ),
+                (
+                    "create ingress ti --rule=foo.com/bar=svc1:8080",
+                    "ingress.networking.k8s.io/ti created",
+                ),
+                ("create serviceaccount tsa", "serviceaccount/tsa created"),
+                (
+                    "create role tr --verb=get --resource=pods",
+                    "role.rbac.authorization.k8s.io/tr created",
+                ),
+                (
+                    "create rolebinding trb --role=tr --serviceaccount=default:tsa",
+                    "rolebinding.rbac.authorization.k8s.io/trb created",
+                ),
+                (
+                    "create quota tq --hard=pods=10,cpu=4",
+                    "resourcequota/tq created",
+                ),
+                (
+                    "create pdb tp --selector=app=t --min-available=1",
+                    "poddisruptionbudget.policy/tp created",
+                ),
+                (
+                    "run tpod --image=registry.local/t:1 --restart=Never",
+                    "pod/tpod created",
+                ),
+                (
+                    "autoscale deployment typed --min=1 --max=3 --cpu-percent=80",
+                    "horizontalpodautoscaler.autoscaling/typed autoscaled",
+                ),
+            ] {
+                let argv: Vec<String> = args.split(' ').map(|a| a.replace('_', " ")).collect();
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                k.expect(f, &format!("kubectl {args}"), &argv, None, wanted);
+            }
+            k.expect(
+                f,
+                "a typed create keeps replicas 0 and gets upstream's defaults, no Go zeros",
+                &["get", "deploy", "typed", "-o", "jsonpath={.spec.replicas}|{.spec.template.spec.dnsPolicy}|{.spec.template.spec.containers[0].ports}"],
+                None,
+                r#"0|ClusterFirst|[{"containerPort":80,"protocol":"TCP"}]"#,
+            );
+            k.expect(
+                f,
+                "an Ingress rule's inline value",
+                &[
+                    "get",
+                    "ingress",
+                    "ti",
+                    "-o",
+                    "jsonpath={.spec.rules[0].http.paths[0].backend.service.name}",
+                ],
+                None,
+                "svc1",
+            );
             // Quantities: written back canonically, refused when malformed.
             let pod = |cpu: &str| {
                 format!(

@@ -18,6 +18,9 @@ use crate::Registry;
 use crate::structure::normalize;
 
 const SCHEMA: &str = include_str!("schema.txt");
+/// Go value fields tagged `omitempty` (`scripts/gen-go-zero-fields`): Go's
+/// protobuf writes their zero, its JSON and defaulting read it as unset.
+const OMITEMPTY: &str = include_str!("omitempty.txt");
 /// The four bytes every Kubernetes protobuf body starts with.
 pub const MAGIC: &[u8] = b"k8s\0";
 
@@ -38,6 +41,12 @@ struct Field {
     json: String,
     kind: Kind,
     repeated: bool,
+    /// A Go struct embedded with `json:",inline"` (a Volume's VolumeSource,
+    /// an IngressRule's IngressRuleValue, a Probe's handler): a message on
+    /// the wire, its fields the parent's own in JSON.
+    inline: bool,
+    /// A Go value field tagged `omitempty`: its zero is no value.
+    omit_zero: bool,
 }
 
 /// The protobuf schema of the served types, with JSON field names.
@@ -83,6 +92,9 @@ impl Schema {
             .map(|(k, v)| (k.to_lowercase(), v))
             .collect();
         let mut messages = HashMap::new();
+        let mut json_names: HashMap<String, Vec<String>> = HashMap::new();
+        let omitempty: std::collections::HashSet<&str> =
+            OMITEMPTY.lines().filter(|l| !l.starts_with('#')).collect();
         for line in SCHEMA
             .lines()
             .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -127,20 +139,51 @@ impl Schema {
                     };
                     kind
                 };
-                let json = properties
-                    .get(&normalize(rust))
-                    .cloned()
-                    .unwrap_or_else(|| camel(rust));
+                let known = properties.get(&normalize(rust)).cloned();
+                // Checked below: the embedded message's fields must be the
+                // parent's in JSON (a field newer than the OpenAPI schemas,
+                // whose fields the parent does not have, is not embedded).
+                let inline = known.is_none()
+                    && !properties.is_empty()
+                    && !repeated
+                    && matches!(kind, Kind::Message(_));
+                let json = known.unwrap_or_else(|| camel(rust));
+                let omit_zero =
+                    omitempty.contains(format!("{name}.{}", json.to_lowercase()).as_str());
                 table.insert(
                     tag,
                     Field {
                         json,
                         kind,
                         repeated,
+                        inline,
+                        omit_zero,
                     },
                 );
             }
+            json_names.insert(name.to_string(), properties.into_values().collect());
             messages.insert(name.to_string(), table);
+        }
+        let field_names = |message: &str| -> Vec<String> {
+            messages
+                .get(message)
+                .map(|t: &HashMap<u32, Field>| t.values().map(|f| f.json.clone()).collect())
+                .unwrap_or_default()
+        };
+        let mut embedded = Vec::new();
+        for (name, table) in &messages {
+            for (tag, field) in table {
+                if let (true, Kind::Message(inner)) = (field.inline, &field.kind) {
+                    let parent = json_names.get(name).cloned().unwrap_or_default();
+                    let fits = field_names(inner).iter().any(|f| parent.contains(f));
+                    embedded.push((name.clone(), *tag, fits));
+                }
+            }
+        }
+        for (name, tag, fits) in embedded {
+            if let Some(field) = messages.get_mut(&name).and_then(|t| t.get_mut(&tag)) {
+                field.inline = fits;
+            }
         }
         Schema { messages }
     }
@@ -432,8 +475,24 @@ impl Schema {
                         list.extend(items);
                     }
                 }
+                kind if field.inline => {
+                    if let Value::Object(fields) = self.scalar_value(kind, value)? {
+                        out.extend(fields);
+                    }
+                }
                 kind => {
-                    out.insert(field.json.clone(), self.scalar_value(kind, value)?);
+                    let value = self.scalar_value(kind, value)?;
+                    // Go writes a value field even when it holds its zero;
+                    // where Go's JSON omits that zero, it is no value. (A
+                    // pointer's zero — `replicas: 0`, `storageClassName: ""`
+                    // — is one, and stays.)
+                    let zero = matches!(&value, Value::String(s) if s.is_empty())
+                        || value == json!(0)
+                        || value == json!(false);
+                    if field.omit_zero && zero {
+                        continue;
+                    }
+                    out.insert(field.json.clone(), value);
                 }
             }
         }

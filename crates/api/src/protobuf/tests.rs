@@ -184,6 +184,123 @@ fn a_deployment_with_quantities_and_int_or_strings_decodes() {
     );
 }
 
+/// Go's protobuf encoding writes every non-pointer string field, empty or
+/// not (kubectl 1.32+ `create deployment` sends `dnsPolicy: ""` and the
+/// like): those are unset, as Go's defaulting reads them.
+#[test]
+fn empty_strings_from_go_are_unset_values() {
+    let container = core::Container {
+        name: Some("main".into()),
+        image: Some("nginx:1.25".into()),
+        image_pull_policy: Some(String::new()),
+        termination_message_path: Some(String::new()),
+        ports: vec![core::ContainerPort {
+            container_port: Some(80),
+            protocol: Some(String::new()),
+            name: Some(String::new()),
+            host_ip: Some(String::new()),
+            host_port: Some(0),
+        }],
+        stdin: Some(false),
+        tty: Some(false),
+        ..Default::default()
+    };
+    let pod = core::Pod {
+        metadata: Some(meta::ObjectMeta {
+            name: Some("p".into()),
+            namespace: Some(String::new()),
+            generate_name: Some(String::new()),
+            ..Default::default()
+        }),
+        spec: Some(core::PodSpec {
+            containers: vec![container],
+            restart_policy: Some(String::new()),
+            dns_policy: Some(String::new()),
+            service_account_name: Some(String::new()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let object = decode(
+        &Registry::builtin(),
+        &envelope("v1", "Pod", pod.encode_to_vec()),
+    )
+    .expect("decodes");
+    assert_eq!(
+        object,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+               "spec": {"containers": [{"name": "main", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}]}})
+    );
+    // "" is a value for a storage class: no class at all.
+    let claim = core::PersistentVolumeClaim {
+        metadata: Some(meta("c")),
+        spec: Some(core::PersistentVolumeClaimSpec {
+            storage_class_name: Some(String::new()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let object = decode(
+        &Registry::builtin(),
+        &envelope("v1", "PersistentVolumeClaim", claim.encode_to_vec()),
+    )
+    .expect("decodes");
+    assert_eq!(object["spec"]["storageClassName"], json!(""));
+}
+
+/// Go structs embedded inline in JSON are messages of their own on the
+/// wire: their fields belong to the parent.
+#[test]
+fn inline_structs_merge_into_their_parent() {
+    let pod = core::Pod {
+        metadata: Some(meta("p")),
+        spec: Some(core::PodSpec {
+            containers: vec![core::Container {
+                name: Some("c".into()),
+                image: Some("i".into()),
+                liveness_probe: Some(core::Probe {
+                    handler: Some(core::ProbeHandler {
+                        tcp_socket: Some(core::TcpSocketAction {
+                            port: Some(IntOrString {
+                                r#type: Some(0),
+                                int_val: Some(80),
+                                str_val: None,
+                            }),
+                            host: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    period_seconds: Some(5),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            volumes: vec![core::Volume {
+                name: Some("v".into()),
+                volume_source: Some(core::VolumeSource {
+                    empty_dir: Some(core::EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                }),
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let object = decode(
+        &Registry::builtin(),
+        &envelope("v1", "Pod", pod.encode_to_vec()),
+    )
+    .expect("decodes");
+    assert_eq!(
+        object["spec"]["volumes"],
+        json!([{"name": "v", "emptyDir": {}}])
+    );
+    assert_eq!(
+        object["spec"]["containers"][0]["livenessProbe"],
+        json!({"tcpSocket": {"port": 80}, "periodSeconds": 5})
+    );
+}
+
 #[test]
 fn irregular_json_names_follow_the_openapi_schema() {
     let status = core::PodStatus {
@@ -250,4 +367,39 @@ fn go_durations_read_as_go_prints_them() {
     assert_eq!(go_duration(90_000_000_000), "1m30s");
     assert_eq!(go_duration(3_600_000_000_000), "1h0m0s");
     assert_eq!(go_duration(150_000_000), "150ms");
+}
+
+#[test]
+fn the_inline_fields_are_upstreams() {
+    let schema = Schema::get();
+    let mut inline: Vec<String> = schema
+        .messages
+        .iter()
+        .flat_map(|(name, fields)| {
+            fields
+                .values()
+                .filter(|f| f.inline)
+                .map(move |f| format!("{}.{}", name.rsplit('.').next().unwrap_or(name), f.json))
+        })
+        .collect();
+    inline.sort();
+    assert_eq!(
+        inline,
+        [
+            "configmapenvsource.localObjectReference",
+            "configmapkeyselector.localObjectReference",
+            "configmapprojection.localObjectReference",
+            "configmapvolumesource.localObjectReference",
+            "ephemeralcontainer.ephemeralContainerCommon",
+            "ingressrule.ingressRuleValue",
+            "namedrulewithoperations.ruleWithOperations",
+            "persistentvolumespec.persistentVolumeSource",
+            "probe.handler",
+            "rulewithoperations.rule",
+            "secretenvsource.localObjectReference",
+            "secretkeyselector.localObjectReference",
+            "secretprojection.localObjectReference",
+            "volume.volumeSource",
+        ]
+    );
 }
