@@ -29,6 +29,15 @@ fn envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
     body
 }
 
+/// A message decoded as the server decodes a request body.
+fn decoded(api_version: &str, kind: &str, message: &impl Message) -> Value {
+    decode(
+        &Registry::builtin(),
+        &envelope(api_version, kind, message.encode_to_vec()),
+    )
+    .expect("decodes")
+}
+
 fn meta(name: &str) -> meta::ObjectMeta {
     meta::ObjectMeta {
         name: Some(name.into()),
@@ -49,11 +58,7 @@ fn a_configmap_decodes() {
         data: BTreeMap::from([("key".to_string(), "value".to_string())]),
         ..Default::default()
     };
-    let object = decode(
-        &Registry::builtin(),
-        &envelope("v1", "ConfigMap", cm.encode_to_vec()),
-    )
-    .expect("decodes");
+    let object = decoded("v1", "ConfigMap", &cm);
     assert_eq!(
         object,
         json!({
@@ -75,11 +80,7 @@ fn secret_bytes_become_base64_and_namespaces_decode() {
         r#type: Some("Opaque".into()),
         ..Default::default()
     };
-    let object = decode(
-        &Registry::builtin(),
-        &envelope("v1", "Secret", secret.encode_to_vec()),
-    )
-    .expect("decodes");
+    let object = decoded("v1", "Secret", &secret);
     assert_eq!(object["data"], json!({"p": "cQ==", "bin": "AP8B"}));
     assert_eq!(object["type"], "Opaque");
 
@@ -90,11 +91,7 @@ fn secret_bytes_become_base64_and_namespaces_decode() {
         }),
         ..Default::default()
     };
-    let object = decode(
-        &Registry::builtin(),
-        &envelope("v1", "Namespace", ns.encode_to_vec()),
-    )
-    .expect("decodes");
+    let object = decoded("v1", "Namespace", &ns);
     assert_eq!(
         object,
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}})
@@ -158,11 +155,7 @@ fn a_deployment_with_quantities_and_int_or_strings_decodes() {
         }),
         ..Default::default()
     };
-    let object = decode(
-        &Registry::builtin(),
-        &envelope("apps/v1", "Deployment", deployment.encode_to_vec()),
-    )
-    .expect("decodes");
+    let object = decoded("apps/v1", "Deployment", &deployment);
     assert_eq!(object["spec"]["replicas"], 0, "a present zero stays");
     assert_eq!(
         object["spec"]["selector"],
@@ -221,11 +214,7 @@ fn empty_strings_from_go_are_unset_values() {
         }),
         ..Default::default()
     };
-    let object = decode(
-        &Registry::builtin(),
-        &envelope("v1", "Pod", pod.encode_to_vec()),
-    )
-    .expect("decodes");
+    let object = decoded("v1", "Pod", &pod);
     assert_eq!(
         object,
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
@@ -240,11 +229,7 @@ fn empty_strings_from_go_are_unset_values() {
         }),
         ..Default::default()
     };
-    let object = decode(
-        &Registry::builtin(),
-        &envelope("v1", "PersistentVolumeClaim", claim.encode_to_vec()),
-    )
-    .expect("decodes");
+    let object = decoded("v1", "PersistentVolumeClaim", &claim);
     assert_eq!(object["spec"]["storageClassName"], json!(""));
 }
 
@@ -286,11 +271,7 @@ fn inline_structs_merge_into_their_parent() {
         }),
         ..Default::default()
     };
-    let object = decode(
-        &Registry::builtin(),
-        &envelope("v1", "Pod", pod.encode_to_vec()),
-    )
-    .expect("decodes");
+    let object = decoded("v1", "Pod", &pod);
     assert_eq!(
         object["spec"]["volumes"],
         json!([{"name": "v", "emptyDir": {}}])
@@ -313,11 +294,7 @@ fn irregular_json_names_follow_the_openapi_schema() {
         status: Some(status),
         ..Default::default()
     };
-    let object = decode(
-        &Registry::builtin(),
-        &envelope("v1", "Pod", pod.encode_to_vec()),
-    )
-    .expect("decodes");
+    let object = decoded("v1", "Pod", &pod);
     assert_eq!(
         object["status"],
         json!({"podIP": "10.42.0.5", "hostIP": "10.0.0.1"})
@@ -331,11 +308,7 @@ fn delete_options_decode_from_any_group() {
         propagation_policy: Some("Foreground".into()),
         ..Default::default()
     };
-    let object = decode(
-        &Registry::builtin(),
-        &envelope("v1", "DeleteOptions", options.encode_to_vec()),
-    )
-    .expect("decodes");
+    let object = decoded("v1", "DeleteOptions", &options);
     assert_eq!(object["gracePeriodSeconds"], 0);
     assert_eq!(object["propagationPolicy"], "Foreground");
 }
