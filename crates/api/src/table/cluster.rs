@@ -8,7 +8,7 @@ use super::read::{
     age, arr, bool_at, condition, int_at, label_selector, list_with_more, load_balancer, name, or,
     present, text_at,
 };
-use super::{Cell, Column, NAME, col};
+use super::{Cell, Column, NAME, col, wide};
 use crate::json::str_at;
 use crate::time::human_duration;
 
@@ -41,15 +41,15 @@ pub(super) fn role_binding(o: &Value, now: i64) -> Vec<Cell> {
         ),
         age(o, now),
         (
-            super::wide("Users", "Users in the roleBinding"),
+            wide("Users", "Users in the roleBinding"),
             json!(subjects("User")),
         ),
         (
-            super::wide("Groups", "Groups in the roleBinding"),
+            wide("Groups", "Groups in the roleBinding"),
             json!(subjects("Group")),
         ),
         (
-            super::wide("ServiceAccounts", "ServiceAccounts in the roleBinding"),
+            wide("ServiceAccounts", "ServiceAccounts in the roleBinding"),
             json!(subjects("ServiceAccount")),
         ),
     ]

@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 
 use super::read::{
-    age, arr, bool_at, condition, condition_true, deleting, int_at, labels, load_balancer, map_len,
-    name, or, present, since, text_at,
+    age, arr, bool_at, condition, condition_true, containers, deleting, int_at, labels,
+    load_balancer, map_len, name, or, present, since, text_at,
 };
 use super::{Cell, Column, NAME, col, wide};
 use crate::json::str_at;
@@ -177,7 +177,7 @@ fn exit_reason(terminated: &Value) -> String {
 }
 
 pub(super) fn pod_template(o: &Value, _now: i64) -> Vec<Cell> {
-    let [(_, names), (_, images)] = super::read::containers(o, "/template/spec/containers");
+    let [(_, names), (_, images)] = containers(o, "/template/spec/containers");
     vec![
         name(o),
         (
