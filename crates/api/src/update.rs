@@ -280,6 +280,7 @@ const STATEFUL_SET_MUTABLE: &[&str] = &[
     "ordinals",
     "template",
     "updateStrategy",
+    "revisionHistoryLimit",
     "persistentVolumeClaimRetentionPolicy",
     "minReadySeconds",
 ];
@@ -294,7 +295,7 @@ fn stateful_set(c: &mut Causes<'_>) {
     if old != new {
         c.0.push(Cause::forbidden(
             "spec",
-            "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+            "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
         ));
     }
 }
