@@ -70,11 +70,27 @@ pub fn apply(def: &ResourceDef, object: &mut Value) {
             set_default(object, "/spec/podManagementPolicy", json!("OrderedReady"));
             set_default(object, "/spec/revisionHistoryLimit", json!(10));
             set_default(object, "/spec/updateStrategy/type", json!("RollingUpdate"));
+            if rolling(object) {
+                set_default(
+                    object,
+                    "/spec/updateStrategy/rollingUpdate/partition",
+                    json!(0),
+                );
+            }
+            for field in ["whenDeleted", "whenScaled"] {
+                let pointer = format!("/spec/persistentVolumeClaimRetentionPolicy/{field}");
+                set_default(object, &pointer, json!("Retain"));
+            }
             template(object, "/spec/template");
         }
         ("apps", "DaemonSet") => {
             set_default(object, "/spec/revisionHistoryLimit", json!(10));
             set_default(object, "/spec/updateStrategy/type", json!("RollingUpdate"));
+            if rolling(object) {
+                let pointer = "/spec/updateStrategy/rollingUpdate";
+                set_default(object, &format!("{pointer}/maxUnavailable"), json!(1));
+                set_default(object, &format!("{pointer}/maxSurge"), json!(0));
+            }
             template(object, "/spec/template");
         }
         ("batch", "Job") => {
@@ -259,6 +275,14 @@ fn set_default(object: &mut Value, pointer: &str, value: Value) {
     }
 }
 
+/// Whether a StatefulSet's or DaemonSet's update strategy is RollingUpdate.
+fn rolling(object: &Value) -> bool {
+    object
+        .pointer("/spec/updateStrategy/type")
+        .and_then(Value::as_str)
+        == Some("RollingUpdate")
+}
+
 fn template(object: &mut Value, pointer: &str) {
     if let Some(spec) = object.pointer_mut(&format!("{pointer}/spec")) {
         pod_spec(spec);
@@ -275,6 +299,17 @@ fn pod_spec(spec: &mut Value) {
     set_default(spec, "/terminationGracePeriodSeconds", json!(30));
     set_default(spec, "/securityContext", json!({}));
     set_default(spec, "/enableServiceLinks", json!(true));
+    if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+        for volume in volumes {
+            // Files of configMap, secret, projected and downwardAPI volumes
+            // default to mode 0644.
+            for source in ["configMap", "secret", "projected", "downwardAPI"] {
+                if volume.get(source).is_some_and(Value::is_object) {
+                    set_default(volume, &format!("/{source}/defaultMode"), json!(420));
+                }
+            }
+        }
+    }
     for list in ["containers", "initContainers"] {
         if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for container in containers {
@@ -312,11 +347,48 @@ fn container_defaults(container: &mut Value) {
             set_default(port, "/protocol", json!("TCP"));
         }
     }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        let Some(p) = container.get_mut(probe).filter(|p| p.is_object()) else {
+            continue;
+        };
+        set_default(p, "/timeoutSeconds", json!(1));
+        set_default(p, "/periodSeconds", json!(10));
+        set_default(p, "/successThreshold", json!(1));
+        set_default(p, "/failureThreshold", json!(3));
+        if p.get("httpGet").is_some_and(Value::is_object) {
+            set_default(p, "/httpGet/path", json!("/"));
+            set_default(p, "/httpGet/scheme", json!("HTTP"));
+        }
+    }
+    if let Some(env) = container.get_mut("env").and_then(Value::as_array_mut) {
+        for var in env {
+            if var
+                .pointer("/valueFrom/fieldRef")
+                .is_some_and(Value::is_object)
+            {
+                set_default(var, "/valueFrom/fieldRef/apiVersion", json!("v1"));
+            }
+        }
+    }
 }
 
 fn service(object: &mut Value) {
     set_default(object, "/spec/type", json!("ClusterIP"));
     set_default(object, "/spec/sessionAffinity", json!("None"));
+    let kind = object
+        .pointer("/spec/type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if kind != "ExternalName" {
+        set_default(object, "/spec/internalTrafficPolicy", json!("Cluster"));
+    }
+    if kind == "NodePort" || kind == "LoadBalancer" {
+        set_default(object, "/spec/externalTrafficPolicy", json!("Cluster"));
+    }
+    if kind == "LoadBalancer" {
+        set_default(object, "/spec/allocateLoadBalancerNodePorts", json!(true));
+    }
     if let Some(ports) = object
         .pointer_mut("/spec/ports")
         .and_then(Value::as_array_mut)
@@ -627,6 +699,66 @@ mod tests {
         let mut manual = json!({"metadata": {"name": "m", "uid": "u-2"}, "spec": {"manualSelector": true, "template": {"spec": {}}}});
         on_create(def, &mut manual);
         assert_eq!(manual["spec"].get("selector"), None);
+    }
+
+    #[test]
+    fn probes_volumes_services_and_rollouts_get_upstreams_defaults() {
+        let registry = Registry::builtin();
+        let def = registry.get("", "v1", "pods").expect("def");
+        let mut pod = json!({"spec": {
+            "volumes": [{"name": "c", "configMap": {"name": "x"}}, {"name": "e", "emptyDir": {}}],
+            "containers": [{"name": "c", "image": "i:1",
+                "livenessProbe": {"httpGet": {"port": 80}},
+                "env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]}});
+        apply(def, &mut pod);
+        assert_eq!(
+            pod["spec"]["volumes"][0]["configMap"]["defaultMode"],
+            json!(420)
+        );
+        assert_eq!(
+            pod["spec"]["volumes"][1],
+            json!({"name": "e", "emptyDir": {}})
+        );
+        let c = &pod["spec"]["containers"][0];
+        assert_eq!(
+            c["livenessProbe"],
+            json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"}, "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
+        );
+        assert_eq!(
+            c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"],
+            json!("v1")
+        );
+
+        let def = registry.get("", "v1", "services").expect("def");
+        let mut lb = json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}});
+        apply(def, &mut lb);
+        assert_eq!(
+            (
+                &lb["spec"]["internalTrafficPolicy"],
+                &lb["spec"]["externalTrafficPolicy"],
+                &lb["spec"]["allocateLoadBalancerNodePorts"]
+            ),
+            (&json!("Cluster"), &json!("Cluster"), &json!(true))
+        );
+
+        let def = registry.get("apps", "v1", "statefulsets").expect("def");
+        let mut sts = json!({"spec": {"template": {"spec": {}}}});
+        apply(def, &mut sts);
+        assert_eq!(
+            sts["spec"]["updateStrategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+        );
+        assert_eq!(
+            sts["spec"]["persistentVolumeClaimRetentionPolicy"],
+            json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
+        );
+        let def = registry.get("apps", "v1", "daemonsets").expect("def");
+        let mut ds = json!({"spec": {"template": {"spec": {}}}});
+        apply(def, &mut ds);
+        assert_eq!(
+            ds["spec"]["updateStrategy"]["rollingUpdate"],
+            json!({"maxUnavailable": 1, "maxSurge": 0})
+        );
     }
 
     #[test]
