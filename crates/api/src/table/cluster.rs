@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::read::{
     age, arr, bool_at, condition, int_at, label_selector, list_with_more, load_balancer, name, or,
-    present, text_at,
+    pair_at, present, text_at,
 };
 use super::{Cell, Column, NAME, col, wide};
 use crate::json::str_at;
@@ -578,15 +578,8 @@ pub(super) fn webhook_configuration(o: &Value, now: i64) -> Vec<Cell> {
 }
 
 pub(super) fn admission_policy(o: &Value, now: i64) -> Vec<Cell> {
-    let param_kind = if present(o, "/spec/paramKind") {
-        let (version, kind) = (
-            str_at(o, "/spec/paramKind/apiVersion"),
-            str_at(o, "/spec/paramKind/kind"),
-        );
-        format!("{version}/{kind}")
-    } else {
-        "<unset>".to_string()
-    };
+    let param_kind = pair_at(o, "/spec/paramKind", "apiVersion", "kind")
+        .unwrap_or_else(|| "<unset>".to_string());
     vec![
         name(o),
         (
@@ -642,15 +635,8 @@ pub(super) fn admission_policy_binding(o: &Value, now: i64) -> Vec<Cell> {
 }
 
 pub(super) fn api_service(o: &Value, now: i64) -> Vec<Cell> {
-    let service = if present(o, "/spec/service") {
-        let (ns, name) = (
-            str_at(o, "/spec/service/namespace"),
-            str_at(o, "/spec/service/name"),
-        );
-        format!("{ns}/{name}")
-    } else {
-        "Local".to_string()
-    };
+    let service =
+        pair_at(o, "/spec/service", "namespace", "name").unwrap_or_else(|| "Local".to_string());
     let available = match condition(o, "/status/conditions", "Available") {
         None => "Unknown".to_string(),
         Some(c) => match (str_at(c, "/status"), str_at(c, "/reason")) {

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::read::{
     age, arr, bool_at, condition, condition_true, containers, deleting, int_at, labels,
-    load_balancer, map_len, name, or, present, since, text_at,
+    load_balancer, map_len, name, or, pair_at, present, since, text_at,
 };
 use super::{Cell, Column, NAME, col, wide};
 use crate::json::str_at;
@@ -658,15 +658,7 @@ fn phase(o: &Value) -> &str {
 }
 
 pub(super) fn persistent_volume(o: &Value, now: i64) -> Vec<Cell> {
-    let claim = if present(o, "/spec/claimRef") {
-        let (ns, name) = (
-            str_at(o, "/spec/claimRef/namespace"),
-            str_at(o, "/spec/claimRef/name"),
-        );
-        format!("{ns}/{name}")
-    } else {
-        String::new()
-    };
+    let claim = pair_at(o, "/spec/claimRef", "namespace", "name").unwrap_or_default();
     let capacity = text_at(o, "/spec/capacity/storage").unwrap_or_else(|| "0".into());
     let [class, attributes] = classes(o, "pv");
     vec![

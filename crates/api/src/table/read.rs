@@ -39,6 +39,17 @@ pub(super) fn present(v: &Value, pointer: &str) -> bool {
     v.pointer(pointer).is_some_and(|x| !x.is_null())
 }
 
+/// `<first>/<second>` of the object at `pointer` (a reference's
+/// `namespace/name`, a kind's `apiVersion/kind`), if it is set.
+pub(super) fn pair_at(v: &Value, pointer: &str, first: &str, second: &str) -> Option<String> {
+    let object = v.pointer(pointer).filter(|x| !x.is_null())?;
+    let (a, b) = (
+        str_at(object, &format!("/{first}")),
+        str_at(object, &format!("/{second}")),
+    );
+    Some(format!("{a}/{b}"))
+}
+
 pub(super) fn or(s: &str, fallback: &str) -> String {
     if s.is_empty() { fallback } else { s }.to_string()
 }
