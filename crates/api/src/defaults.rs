@@ -494,15 +494,12 @@ fn pod_spec_causes(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
             }
         }
     }
-    if let Some(policy) = spec.get("restartPolicy")
-        && !matches!(policy.as_str(), Some("Always" | "OnFailure" | "Never"))
-    {
-        causes.push(Cause::not_supported(
-            format!("{path}.restartPolicy"),
-            policy,
-            &["Always", "OnFailure", "Never"],
-        ));
-    }
+    validation::one_of(
+        spec.get("restartPolicy"),
+        format!("{path}.restartPolicy"),
+        &["Always", "OnFailure", "Never"],
+        causes,
+    );
 }
 
 /// The restart policies a controller's pod template (at `template`, a
@@ -514,12 +511,8 @@ fn template_restart_policy(
     causes: &mut Vec<Cause>,
 ) {
     let policy = object.pointer(&format!("{template}/spec/restartPolicy"));
-    if let Some(policy) = policy
-        && !allowed.iter().any(|a| policy.as_str() == Some(a))
-    {
-        let path = format!("{}.spec.restartPolicy", template[1..].replace('/', "."));
-        causes.push(Cause::not_supported(path, policy, allowed));
-    }
+    let path = format!("{}.spec.restartPolicy", template[1..].replace('/', "."));
+    validation::one_of(policy, path, allowed, causes);
 }
 
 fn workload_causes(object: &Value, causes: &mut Vec<Cause>) {

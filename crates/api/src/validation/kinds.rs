@@ -69,11 +69,8 @@ pub fn causes(def: &ResourceDef, object: &Value, out: &mut Vec<Cause>) {
         ("networking.k8s.io", "Ingress") => c.ingress(),
         ("networking.k8s.io", "NetworkPolicy") => {
             for (i, kind) in c.list("/spec/policyTypes").iter().enumerate() {
-                if !matches!(kind.as_str(), Some("Ingress" | "Egress")) {
-                    let field = format!("spec.policyTypes[{i}]");
-                    c.out
-                        .push(Cause::not_supported(field, kind, &["Ingress", "Egress"]));
-                }
+                let field = format!("spec.policyTypes[{i}]");
+                super::one_of(Some(kind), field, &["Ingress", "Egress"], c.out);
             }
         }
         ("scheduling.k8s.io", "PriorityClass") => {
@@ -189,12 +186,7 @@ impl Check<'_> {
 
     /// A string field, when set, must be one of `allowed`.
     fn one_of(&mut self, pointer: &str, field: &str, allowed: &[&str]) {
-        if let Some(value) = self.at(pointer)
-            && !allowed.iter().any(|a| value.as_str() == Some(a))
-        {
-            let value = value.clone();
-            self.out.push(Cause::not_supported(field, &value, allowed));
-        }
+        super::one_of(self.object.pointer(pointer), field, allowed, self.out);
     }
 
     /// A Role's or ClusterRole's rules.

@@ -27,6 +27,21 @@ fn is_dns1123_label(s: &str) -> bool {
 }
 
 /// An RFC 1123 label: namespaces, most names that become DNS labels.
+/// A field that, when set, must hold one of `allowed` (upstream's
+/// `NotSupported`, which lists them in this order).
+pub fn one_of(
+    value: Option<&Value>,
+    field: impl Into<String>,
+    allowed: &[&str],
+    causes: &mut Vec<Cause>,
+) {
+    if let Some(value) = value.filter(|v| !v.is_null())
+        && !allowed.iter().any(|a| value.as_str() == Some(a))
+    {
+        causes.push(Cause::not_supported(field, value, allowed));
+    }
+}
+
 pub fn dns1123_label(s: &str) -> Result<(), String> {
     if s.len() > 63 {
         return Err("must be no more than 63 characters".into());

@@ -23,38 +23,21 @@ pub fn volumes(spec: &Value, path: &str, causes: &mut Vec<Cause>) -> HashSet<Str
     for (i, volume) in list.into_iter().flatten().enumerate() {
         let at = format!("{path}.volumes[{i}]");
         unique_name(volume, &at, &mut names, causes);
-        let sources: Vec<&String> = volume
+        let sources: Vec<&str> = volume
             .as_object()
             .into_iter()
             .flatten()
             .filter(|(k, v)| !v.is_null() && !NOT_SOURCES.contains(&k.as_str()))
-            .map(|(k, _)| k)
+            .map(|(k, _)| k.as_str())
             .collect();
-        match sources.as_slice() {
-            [] => causes.push(Cause::new(
-                "FieldValueRequired",
-                at,
-                "Required value: must specify a volume type",
-            )),
-            [_] => {}
-            [_, second, ..] => causes.push(Cause::forbidden(
-                format!("{at}.{second}"),
-                "may not specify more than 1 volume type",
-            )),
-        }
+        exactly_one(&sources, &at, "volume type", causes);
     }
-    if let Some(policy) = spec.get("dnsPolicy")
-        && !matches!(
-            policy.as_str(),
-            Some("ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None")
-        )
-    {
-        causes.push(Cause::not_supported(
-            format!("{path}.dnsPolicy"),
-            policy,
-            &["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"],
-        ));
-    }
+    super::one_of(
+        spec.get("dnsPolicy"),
+        format!("{path}.dnsPolicy"),
+        &["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"],
+        causes,
+    );
     names
 }
 
@@ -73,6 +56,24 @@ pub fn unique_name(object: &Value, at: &str, names: &mut HashSet<String>, causes
     }
 }
 
+/// Exactly one of the alternatives `set` (the fields of the object at `at`
+/// that are set: a volume's sources, a probe's handlers) — upstream's
+/// "must specify a <what>" and "may not specify more than 1 <what>".
+fn exactly_one(set: &[&str], at: &str, what: &str, causes: &mut Vec<Cause>) {
+    match set {
+        [] => causes.push(Cause::new(
+            "FieldValueRequired",
+            at,
+            format!("Required value: must specify a {what}"),
+        )),
+        [_] => {}
+        [_, second, ..] => causes.push(Cause::forbidden(
+            format!("{at}.{second}"),
+            &format!("may not specify more than 1 {what}"),
+        )),
+    }
+}
+
 /// One container (at `at`) of a spec whose volumes are `volumes`.
 pub fn container(container: &Value, at: &str, volumes: &HashSet<String>, causes: &mut Vec<Cause>) {
     mounts(container, at, volumes, causes);
@@ -80,33 +81,20 @@ pub fn container(container: &Value, at: &str, volumes: &HashSet<String>, causes:
     env(container, at, causes);
     for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
         if let Some(p) = container.get(probe).filter(|p| p.is_object()) {
-            let handlers: Vec<&&str> = PROBE_HANDLERS
+            let handlers: Vec<&str> = PROBE_HANDLERS
                 .iter()
-                .filter(|h| p.get(**h).is_some_and(|v| !v.is_null()))
+                .copied()
+                .filter(|h| p.get(*h).is_some_and(|v| !v.is_null()))
                 .collect();
-            match handlers.as_slice() {
-                [] => causes.push(Cause::new(
-                    "FieldValueRequired",
-                    format!("{at}.{probe}"),
-                    "Required value: must specify a handler type",
-                )),
-                [_] => {}
-                [_, second, ..] => causes.push(Cause::forbidden(
-                    format!("{at}.{probe}.{second}"),
-                    "may not specify more than 1 handler type",
-                )),
-            }
+            exactly_one(&handlers, &format!("{at}.{probe}"), "handler type", causes);
         }
     }
-    if let Some(policy) = container.get("imagePullPolicy")
-        && !matches!(policy.as_str(), Some("Always" | "IfNotPresent" | "Never"))
-    {
-        causes.push(Cause::not_supported(
-            format!("{at}.imagePullPolicy"),
-            policy,
-            &["Always", "IfNotPresent", "Never"],
-        ));
-    }
+    super::one_of(
+        container.get("imagePullPolicy"),
+        format!("{at}.imagePullPolicy"),
+        &["Always", "IfNotPresent", "Never"],
+        causes,
+    );
     resources(container, at, causes);
 }
 
@@ -150,15 +138,12 @@ fn ports(container: &Value, at: &str, causes: &mut Vec<Cause>) {
             )),
             Some(_) => {}
         }
-        if let Some(protocol) = port.get("protocol")
-            && !matches!(protocol.as_str(), Some("TCP" | "UDP" | "SCTP"))
-        {
-            causes.push(Cause::not_supported(
-                format!("{at}.protocol"),
-                protocol,
-                &["SCTP", "TCP", "UDP"],
-            ));
-        }
+        super::one_of(
+            port.get("protocol"),
+            format!("{at}.protocol"),
+            &["SCTP", "TCP", "UDP"],
+            causes,
+        );
         if let Some(name) = port
             .get("name")
             .and_then(Value::as_str)
