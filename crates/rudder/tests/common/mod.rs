@@ -114,8 +114,20 @@ impl Kubectl<'_> {
     }
 
     pub fn refuse(&self, failures: &mut Vec<String>, what: &str, args: &[&str], wanted: &str) {
-        let (ok, out) = self.run(args, None);
-        if ok || !out.contains(wanted) {
+        self.refuse_with(failures, what, args, None, &[wanted]);
+    }
+
+    /// The command, given `stdin`, fails saying every one of `wanted`.
+    pub fn refuse_with(
+        &self,
+        failures: &mut Vec<String>,
+        what: &str,
+        args: &[&str],
+        stdin: Option<&str>,
+        wanted: &[&str],
+    ) {
+        let (ok, out) = self.run(args, stdin);
+        if ok || !wanted.iter().all(|w| out.contains(w)) {
             failures.push(format!(
                 "{what}: wanted a failure with {wanted:?}, got ({ok}) {out}"
             ));
