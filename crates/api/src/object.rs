@@ -400,15 +400,7 @@ pub fn prepare_update(
         Part::Binding => Some(Via::Binding),
         Part::Status => None,
     };
-    let changes = via.map_or_else(Vec::new, |via| {
-        // The stored object as it would be written today (defaults and
-        // canonical quantities of this version), so that what an older
-        // version wrote does not count as a change.
-        let mut stored = old.clone();
-        let _ = crate::quantity::canonicalize(def, &mut stored);
-        crate::defaults::apply(def, &mut stored);
-        crate::update::validate(def, new, &stored, via)
-    });
+    let changes = via.map_or_else(Vec::new, |via| crate::update::validate(def, new, old, via));
     validate_change(def, new, Some(old), changes)
 }
 

@@ -20,34 +20,53 @@ pub enum Via {
     Binding,
 }
 
-/// The causes that refuse the update of `old` to `new` (both defaulted).
+/// One kind's update rules.
+type Rules = fn(&mut Causes<'_>);
+
+/// The causes that refuse the update of the stored `old` to `new`
+/// (defaulted). `old` is compared as this version would write it (its
+/// defaults and canonical quantities), so that what an older version wrote
+/// does not count as a change — worked out only for kinds with rules.
 pub fn validate(def: &ResourceDef, new: &Value, old: &Value, via: Via) -> Vec<Cause> {
-    let mut c = Causes(Vec::new(), new, old);
-    match (def.group.as_str(), def.kind.as_str()) {
-        ("", "Pod") if via == Via::Main => pod(&mut c),
-        ("", "ConfigMap") => sealed_data(&mut c, &["data", "binaryData"]),
-        ("", "Secret") => {
-            sealed_data(&mut c, &["data"]);
+    let Some(rules) = rules_of(def, via) else {
+        return Vec::new();
+    };
+    let mut stored = old.clone();
+    let _ = crate::quantity::canonicalize(def, &mut stored);
+    crate::defaults::apply(def, &mut stored);
+    let mut c = Causes(Vec::new(), new, &stored);
+    rules(&mut c);
+    c.0
+}
+
+/// What an update of `def`'s kind through `via` may not change, if
+/// anything.
+fn rules_of(def: &ResourceDef, via: Via) -> Option<Rules> {
+    Some(match (def.group.as_str(), def.kind.as_str()) {
+        ("", "Pod") if via == Via::Main => pod,
+        ("", "ConfigMap") => |c| sealed_data(c, &["data", "binaryData"]),
+        ("", "Secret") => |c| {
+            sealed_data(c, &["data"]);
             c.immutable("/type", "type");
-        }
-        ("", "PersistentVolumeClaim") => claim(&mut c),
-        ("", "PersistentVolume") => volume(&mut c),
-        ("", "Node") => node(&mut c),
+        },
+        ("", "PersistentVolumeClaim") => claim,
+        ("", "PersistentVolume") => volume,
+        ("", "Node") => node,
         ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") => {
-            c.immutable("/spec/selector", "spec.selector");
+            |c| c.immutable("/spec/selector", "spec.selector")
         }
-        ("apps", "StatefulSet") => stateful_set(&mut c),
-        ("apps", "ControllerRevision") => {
+        ("apps", "StatefulSet") => stateful_set,
+        ("apps", "ControllerRevision") => |c| {
             c.immutable("/data", "data");
             c.immutable("/revision", "revision");
-        }
-        ("batch", "Job") => job(&mut c),
-        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding")
-            if c.changed("/roleRef") =>
-        {
-            c.invalid("/roleRef", "roleRef", "cannot change roleRef");
-        }
-        ("storage.k8s.io", "StorageClass") => {
+        },
+        ("batch", "Job") => job,
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => |c| {
+            if c.changed("/roleRef") {
+                c.invalid("/roleRef", "roleRef", "cannot change roleRef");
+            }
+        },
+        ("storage.k8s.io", "StorageClass") => |c| {
             for field in ["parameters", "provisioner", "reclaimPolicy"] {
                 if c.changed(&format!("/{field}")) {
                     let why = format!("updates to {field} are forbidden.");
@@ -55,14 +74,14 @@ pub fn validate(def: &ResourceDef, new: &Value, old: &Value, via: Via) -> Vec<Ca
                 }
             }
             c.immutable("/volumeBindingMode", "volumeBindingMode");
-        }
-        ("storage.k8s.io", "VolumeAttachment") => c.immutable("/spec", "spec"),
-        ("storage.k8s.io", "CSIDriver") => {
+        },
+        ("storage.k8s.io", "VolumeAttachment") => |c| c.immutable("/spec", "spec"),
+        ("storage.k8s.io", "CSIDriver") => |c| {
             for field in ["attachRequired", "volumeLifecycleModes", "fsGroupPolicy"] {
                 c.immutable(&format!("/spec/{field}"), &format!("spec.{field}"));
             }
-        }
-        ("scheduling.k8s.io", "PriorityClass") => {
+        },
+        ("scheduling.k8s.io", "PriorityClass") => |c| {
             if c.changed("/value") {
                 c.0.push(Cause::forbidden(
                     "value",
@@ -70,13 +89,14 @@ pub fn validate(def: &ResourceDef, new: &Value, old: &Value, via: Via) -> Vec<Ca
                 ));
             }
             c.immutable("/preemptionPolicy", "preemptionPolicy");
+        },
+        ("discovery.k8s.io", "EndpointSlice") => |c| c.immutable("/addressType", "addressType"),
+        ("networking.k8s.io", "IngressClass") => {
+            |c| c.immutable("/spec/controller", "spec.controller")
         }
-        ("discovery.k8s.io", "EndpointSlice") => c.immutable("/addressType", "addressType"),
-        ("networking.k8s.io", "IngressClass") => c.immutable("/spec/controller", "spec.controller"),
-        ("networking.k8s.io", "IPAddress") => c.immutable("/spec/parentRef", "spec.parentRef"),
-        _ => {}
-    }
-    c.0
+        ("networking.k8s.io", "IPAddress") => |c| c.immutable("/spec/parentRef", "spec.parentRef"),
+        _ => return None,
+    })
 }
 
 /// The causes found so far, and the two objects compared.

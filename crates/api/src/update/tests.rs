@@ -3,8 +3,16 @@ use serde_json::{Value, json};
 use super::{Via, validate};
 use crate::Registry;
 
-/// `(field, message)` of each cause refusing the update of `old` to `new`.
-fn refused(group: &str, resource: &str, old: Value, new: Value, via: Via) -> Vec<(String, String)> {
+/// `(field, message)` of each cause refusing the update of `old` to `new`,
+/// `new` prepared as `object::prepare_update` prepares it (canonical
+/// quantities, defaults) before it asks.
+fn refused(
+    group: &str,
+    resource: &str,
+    old: Value,
+    mut new: Value,
+    via: Via,
+) -> Vec<(String, String)> {
     let registry = Registry::builtin();
     let version = match group {
         ""
@@ -18,6 +26,8 @@ fn refused(group: &str, resource: &str, old: Value, new: Value, via: Via) -> Vec
         other => panic!("no version for {other}"),
     };
     let def = registry.get(group, version, resource).expect("def");
+    crate::quantity::canonicalize(def, &mut new).expect("valid quantities");
+    crate::defaults::apply(def, &mut new);
     validate(def, &new, &old, via)
         .into_iter()
         .map(|c| (c.field, c.message))
