@@ -1,5 +1,8 @@
 //! The built-in resources, as upstream 1.33 serves them: short names,
-//! categories, verbs and subresources as its discovery documents list them.
+//! categories, verbs and subresources as its discovery documents list them —
+//! but only the subresources rudder serves (`pods/ephemeralcontainers`,
+//! `pods/resize`, `nodes/proxy`, `services/proxy`, `serviceaccounts/token`
+//! and `certificatesigningrequests/approval` join when their components do).
 
 use std::borrow::Cow;
 
@@ -41,7 +44,6 @@ const SCALE: Subresource = sub("scale", "autoscaling", "v1", "Scale", GET_PATCH_
 const POD_SUBRESOURCES: &[Subresource] = &[
     sub("attach", "", "v1", "PodAttachOptions", &["create", "get"]),
     sub("binding", "", "v1", "Binding", CREATE),
-    sub("ephemeralcontainers", "", "v1", "Pod", GET_PATCH_UPDATE),
     sub("eviction", "policy", "v1", "Eviction", CREATE),
     sub("exec", "", "v1", "PodExecOptions", &["create", "get"]),
     sub("log", "", "v1", "Pod", &["get"]),
@@ -53,7 +55,6 @@ const POD_SUBRESOURCES: &[Subresource] = &[
         &["create", "get"],
     ),
     sub("proxy", "", "v1", "PodProxyOptions", PROXY_VERBS),
-    sub("resize", "", "v1", "Pod", GET_PATCH_UPDATE),
     status("", "v1", "Pod"),
 ];
 
@@ -100,10 +101,7 @@ pub fn resources() -> Vec<ResourceDef> {
         },
         core::v1::Node {
             short_names: &["no"],
-            subresources: &[
-                sub("proxy", "", "v1", "NodeProxyOptions", PROXY_VERBS),
-                status("", "v1", "Node")
-            ],
+            subresources: &[status("", "v1", "Node")],
         },
         core::v1::PersistentVolumeClaim {
             short_names: &["pvc"],
@@ -130,22 +128,12 @@ pub fn resources() -> Vec<ResourceDef> {
         },
         core::v1::Secret,
         core::v1::ServiceAccount {
-            short_names: &["sa"],
-            subresources: &[sub(
-                "token",
-                "authentication.k8s.io",
-                "v1",
-                "TokenRequest",
-                CREATE
-            )],
+            short_names: &["sa"]
         },
         core::v1::Service {
             short_names: &["svc"],
             categories: &["all"],
-            subresources: &[
-                sub("proxy", "", "v1", "ServiceProxyOptions", PROXY_VERBS),
-                status("", "v1", "Service")
-            ],
+            subresources: &[status("", "v1", "Service")],
         },
         // apps/v1
         apps::v1::ControllerRevision,
@@ -245,16 +233,11 @@ pub fn resources() -> Vec<ResourceDef> {
         // certificates.k8s.io/v1
         certificates::v1::CertificateSigningRequest {
             short_names: &["csr"],
-            subresources: &[
-                sub(
-                    "approval",
-                    "certificates.k8s.io",
-                    "v1",
-                    "CertificateSigningRequest",
-                    GET_PATCH_UPDATE
-                ),
-                status("certificates.k8s.io", "v1", "CertificateSigningRequest"),
-            ],
+            subresources: &[status(
+                "certificates.k8s.io",
+                "v1",
+                "CertificateSigningRequest"
+            )],
         },
         // admissionregistration.k8s.io/v1
         admissionregistration::v1::MutatingWebhookConfiguration,

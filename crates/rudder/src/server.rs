@@ -94,9 +94,32 @@ async fn open_store(choice: StoreChoice) -> anyhow::Result<Arc<dyn Store>> {
     })
 }
 
+/// Creates the data directory readable by its owner only (it holds the
+/// store, with every Secret, and the cluster's keys), as k3s keeps its
+/// server data dir; one that exists is tightened to 0700 unless it is a
+/// shared directory (sticky, like /tmp), which is left alone with a warning.
+fn prepare_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("create the data directory {}", dir.display()))?;
+    let mode = std::fs::metadata(dir)
+        .with_context(|| format!("inspect the data directory {}", dir.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o1000 != 0 {
+        tracing::warn!(data_dir = %dir.display(), "the data directory is a shared directory; its permissions are left as they are");
+    } else if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("restrict the data directory {}", dir.display()))?;
+    }
+    Ok(())
+}
+
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("create the data directory {}", args.data_dir.display()))?;
+    prepare_data_dir(&args.data_dir)?;
     let store = open_store(args.store_choice()?).await?;
     let revision = store
         .current_revision()
@@ -161,6 +184,28 @@ mod tests {
 
     fn parse(args: &[&str]) -> ServerArgs {
         Cli::parse_from(std::iter::once("server").chain(args.iter().copied())).args
+    }
+
+    #[test]
+    fn the_data_dir_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| {
+            std::fs::metadata(p).expect("metadata").permissions().mode() & 0o7777
+        };
+        let root = tempfile::tempdir().expect("tempdir");
+        let fresh = root.path().join("a/data");
+        prepare_data_dir(&fresh).expect("create");
+        assert_eq!(mode(&fresh), 0o700);
+        let loose = root.path().join("loose");
+        std::fs::create_dir(&loose).expect("mkdir");
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        prepare_data_dir(&loose).expect("tighten");
+        assert_eq!(mode(&loose), 0o700);
+        let shared = root.path().join("shared");
+        std::fs::create_dir(&shared).expect("mkdir");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        prepare_data_dir(&shared).expect("left alone");
+        assert_eq!(mode(&shared), 0o1777);
     }
 
     #[test]

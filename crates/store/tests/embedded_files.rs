@@ -161,3 +161,28 @@ async fn damaged_pages_fail_reads_cleanly_and_the_store_keeps_serving() {
     }
     assert!(store.current_revision().await.is_ok());
 }
+
+#[tokio::test]
+async fn its_files_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("data/db");
+    let wal = dir.path().join("data/db.wal");
+    let store = open(&path).expect("create");
+    store
+        .create(b"/registry/core/secrets/default/s", Bytes::from("secret"))
+        .await
+        .expect("create");
+    store.close();
+    assert_eq!(mode(&dir.path().join("data")), 0o700);
+    assert_eq!((mode(&path), mode(&wal)), (0o600, 0o600));
+    // Files an older version left readable are tightened at the next start.
+    for file in [&path, &wal] {
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    let store = open(&path).expect("reopen");
+    assert_eq!((mode(&path), mode(&wal)), (0o600, 0o600));
+    store.close();
+}

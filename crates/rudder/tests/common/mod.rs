@@ -6,7 +6,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Where the versioned kubectl binaries (`kubectl.1.27` … `kubectl.1.33`)
+/// are found unless `RUDDER_KUBECTL_DIR` says otherwise.
 pub const KUBECTL_DIR: &str = "/usr/lib/google-cloud-sdk/bin";
+
+/// The kubectl versions the README promises the tests run.
+pub const KUBECTL_VERSIONS: &[&str] = &["1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33"];
+
+fn kubectl_dir() -> PathBuf {
+    std::env::var_os("RUDDER_KUBECTL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(KUBECTL_DIR))
+}
 
 pub struct Server {
     child: Child,
@@ -29,20 +40,25 @@ pub fn start() -> Server {
     Server { child, dir }
 }
 
+/// Every promised kubectl version and its binary. A missing one fails the
+/// test that asked: a suite that cannot find its tool has checked nothing.
 pub fn versions() -> Vec<(String, PathBuf)> {
-    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(KUBECTL_DIR)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter_map(|e| {
-                    let name = e.file_name().into_string().ok()?;
-                    let version = name.strip_prefix("kubectl.")?.to_string();
-                    Some((version, e.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    found.sort();
+    let dir = kubectl_dir();
+    let (found, missing): (Vec<_>, Vec<_>) = KUBECTL_VERSIONS
+        .iter()
+        .map(|v| (v.to_string(), dir.join(format!("kubectl.{v}"))))
+        .partition(|(_, path)| path.is_file());
+    assert!(
+        missing.is_empty(),
+        "kubectl {} not found under {} (set RUDDER_KUBECTL_DIR to a directory holding \
+         kubectl.1.27 … kubectl.1.33; see the README)",
+        missing
+            .iter()
+            .map(|(v, _)| v.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        dir.display()
+    );
     found
 }
 
@@ -163,10 +179,6 @@ where
     F: FnMut(&Kubectl<'_>, &str, &mut Vec<String>),
 {
     let versions = versions();
-    if versions.is_empty() {
-        eprintln!("no kubectl under {KUBECTL_DIR}; nothing to check");
-        return;
-    }
     let server = start();
     let mut failures = Vec::new();
     for (version, binary) in &versions {

@@ -3,6 +3,7 @@
 
 mod codec;
 mod context;
+pub mod private;
 mod read;
 mod wal;
 mod watcher;
@@ -102,9 +103,10 @@ impl EmbeddedStore {
         let path = config.path.as_path();
         refuse_foreign_file(path)?;
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| Error::unavailable(format!("create {}", parent.display()), e))?;
+            private::create_dir(parent)?;
         }
+        // Every Secret is in the store's files: readable by their owner only.
+        private::create_file(path)?;
         // Every commit records the allocator state (quick repair), so a store
         // that crashed reopens as it is. A file that would need redb's repair
         // walk is damaged: refuse it rather than rewrite it.
@@ -131,7 +133,12 @@ impl EmbeddedStore {
         let mut meta = initialize(&db, path)?;
         // Writes acknowledged since the last checkpoint are in the log only.
         let wal_path = wal_path(path);
+        private::create_file(&wal_path)?;
         let (wal, pending) = wal::Wal::open(&wal_path, meta.revision)?;
+        // Both files are the store's own: tighten what an older version
+        // left readable.
+        private::restrict(path)?;
+        private::restrict(&wal_path)?;
         if let Some(revision) = writer::replay(&db, &pending)? {
             tracing::info!(
                 writes = pending.len(),
