@@ -1,12 +1,13 @@
-//! Per-kind defaulting and validation (upstream's `pkg/apis/*/v1/defaults.go`
-//! and `pkg/apis/*/validation`). One function per kind, chosen by group and
-//! kind; kinds without one get metadata validation only.
+//! Per-kind defaulting (upstream's `pkg/apis/*/v1/defaults.go`): one
+//! function per kind, which the kind's [`Strategy`](crate::strategy::Strategy)
+//! names, and the entry points that run a kind's defaults, what only a
+//! create sets, and its validation.
 
 use serde_json::{Value, json};
 
+use crate::Cause;
 use crate::registry::ResourceDef;
-use crate::selector::LabelSelector;
-use crate::{Cause, validation};
+pub use crate::selector::label_selector_matches;
 
 /// Fills in what upstream defaults for the kind.
 pub fn apply(def: &ResourceDef, object: &mut Value) {
@@ -17,110 +18,7 @@ pub fn apply(def: &ResourceDef, object: &mut Value) {
         crate::crd::schema::default(object, &custom.schema);
         return;
     }
-    match (def.group.as_str(), def.kind.as_str()) {
-        ("", "Namespace") => {
-            set_default(object, "/spec/finalizers", json!(["kubernetes"]));
-            set_default(object, "/status/phase", json!("Active"));
-        }
-        ("", "Pod") => {
-            if let Some(spec) = object.get_mut("spec") {
-                pod_spec(spec);
-            }
-            set_default(object, "/status/phase", json!("Pending"));
-        }
-        ("", "PodTemplate") => template(object, "/template"),
-        ("", "ReplicationController") => {
-            set_default(object, "/spec/replicas", json!(1));
-            template(object, "/spec/template");
-        }
-        ("", "Secret") => {
-            set_default(object, "/type", json!("Opaque"));
-            merge_string_data(object);
-        }
-        ("", "Service") => service(object),
-        ("apps", "Deployment") => {
-            set_default(object, "/spec/replicas", json!(1));
-            set_default(object, "/spec/revisionHistoryLimit", json!(10));
-            set_default(object, "/spec/progressDeadlineSeconds", json!(600));
-            set_default(object, "/spec/strategy/type", json!("RollingUpdate"));
-            if object
-                .pointer("/spec/strategy/type")
-                .and_then(Value::as_str)
-                == Some("RollingUpdate")
-            {
-                set_default(
-                    object,
-                    "/spec/strategy/rollingUpdate/maxUnavailable",
-                    json!("25%"),
-                );
-                set_default(
-                    object,
-                    "/spec/strategy/rollingUpdate/maxSurge",
-                    json!("25%"),
-                );
-            }
-            template(object, "/spec/template");
-        }
-        ("apps", "ReplicaSet") => {
-            set_default(object, "/spec/replicas", json!(1));
-            template(object, "/spec/template");
-        }
-        ("apps", "StatefulSet") => {
-            set_default(object, "/spec/replicas", json!(1));
-            set_default(object, "/spec/podManagementPolicy", json!("OrderedReady"));
-            set_default(object, "/spec/revisionHistoryLimit", json!(10));
-            set_default(object, "/spec/updateStrategy/type", json!("RollingUpdate"));
-            if rolling(object) {
-                set_default(
-                    object,
-                    "/spec/updateStrategy/rollingUpdate/partition",
-                    json!(0),
-                );
-            }
-            for field in ["whenDeleted", "whenScaled"] {
-                let pointer = format!("/spec/persistentVolumeClaimRetentionPolicy/{field}");
-                set_default(object, &pointer, json!("Retain"));
-            }
-            template(object, "/spec/template");
-        }
-        ("apps", "DaemonSet") => {
-            set_default(object, "/spec/revisionHistoryLimit", json!(10));
-            set_default(object, "/spec/updateStrategy/type", json!("RollingUpdate"));
-            if rolling(object) {
-                let pointer = "/spec/updateStrategy/rollingUpdate";
-                set_default(object, &format!("{pointer}/maxUnavailable"), json!(1));
-                set_default(object, &format!("{pointer}/maxSurge"), json!(0));
-            }
-            template(object, "/spec/template");
-        }
-        ("batch", "Job") => {
-            // A work queue (parallelism without completions) keeps its
-            // completions unset.
-            let set = |p: &str| object.pointer(p).is_some_and(|v| !v.is_null());
-            if !set("/spec/parallelism") && !set("/spec/completions") {
-                set_default(object, "/spec/completions", json!(1));
-            }
-            set_default(object, "/spec/parallelism", json!(1));
-            set_default(object, "/spec/backoffLimit", json!(6));
-            let replacement = match object.pointer("/spec/podFailurePolicy") {
-                Some(p) if !p.is_null() => "Failed",
-                _ => "TerminatingOrFailed",
-            };
-            set_default(object, "/spec/podReplacementPolicy", json!(replacement));
-            set_default(object, "/spec/completionMode", json!("NonIndexed"));
-            set_default(object, "/spec/suspend", json!(false));
-            template(object, "/spec/jobTemplate/spec/template");
-            template(object, "/spec/template");
-        }
-        ("batch", "CronJob") => {
-            set_default(object, "/spec/concurrencyPolicy", json!("Allow"));
-            set_default(object, "/spec/suspend", json!(false));
-            set_default(object, "/spec/successfulJobsHistoryLimit", json!(3));
-            set_default(object, "/spec/failedJobsHistoryLimit", json!(1));
-            template(object, "/spec/jobTemplate/spec/template");
-        }
-        _ => {}
-    }
+    (def.strategy.defaults)(object);
 }
 
 /// Validates what the kind requires beyond its metadata.
@@ -129,71 +27,133 @@ pub fn validate(def: &ResourceDef, object: &Value) -> Vec<Cause> {
         return crate::crd::schema::validate(object, &custom.schema);
     }
     let mut causes = Vec::new();
-    match (def.group.as_str(), def.kind.as_str()) {
-        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-            causes.extend(crate::crd::validate_definition(object));
-        }
-        ("", "Pod") => pod_spec_causes(object.get("spec"), "spec", &mut causes),
-        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => {
-            workload_causes(object, &mut causes);
-            template_restart_policy(object, "/spec/template", &["Always"], &mut causes);
-        }
-        ("", "ReplicationController") => {
-            let template = object.pointer("/spec/template/spec");
-            pod_spec_causes(template, "spec.template.spec", &mut causes);
-        }
-        ("batch", "Job") => {
-            let template = object.pointer("/spec/template/spec");
-            pod_spec_causes(template, "spec.template.spec", &mut causes);
-            template_restart_policy(
-                object,
-                "/spec/template",
-                &["OnFailure", "Never"],
-                &mut causes,
-            );
-        }
-        ("batch", "CronJob") => {
-            if object
-                .pointer("/spec/schedule")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                causes.push(Cause::required("spec.schedule"));
-            }
-            let template = "/spec/jobTemplate/spec/template";
-            let spec = object.pointer(&format!("{template}/spec"));
-            pod_spec_causes(spec, "spec.jobTemplate.spec.template.spec", &mut causes);
-            template_restart_policy(object, template, &["OnFailure", "Never"], &mut causes);
-        }
-        ("", "Service") => service_causes(object, &mut causes),
-        ("", "ConfigMap" | "Secret") => {
-            for field in ["data", "binaryData", "stringData"] {
-                if let Some(map) = object.get(field).and_then(Value::as_object) {
-                    for key in map.keys() {
-                        if !key
-                            .chars()
-                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                            || key.is_empty()
-                        {
-                            causes.push(Cause::invalid(format!("{field}[{key}]"), &json!(key), "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"));
-                        }
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
-    crate::validation::kinds::causes(def, object, &mut causes);
+    (def.strategy.validate)(object, &mut causes);
     causes
 }
 
-/// What only a create sets: a Job's generated selector (unless it asks for
-/// `manualSelector`) — its pods labelled with the Job's uid and name, and
-/// the selector matching the uid, as upstream's Job strategy does.
+/// What only a create sets (a Job's generated selector).
 pub fn on_create(def: &ResourceDef, object: &mut Value) {
-    if (def.group.as_str(), def.kind.as_str()) != ("batch", "Job")
-        || object.pointer("/spec/manualSelector") == Some(&json!(true))
+    (def.strategy.on_create)(object);
+}
+
+pub(crate) fn namespace(object: &mut Value) {
+    set_default(object, "/spec/finalizers", json!(["kubernetes"]));
+    set_default(object, "/status/phase", json!("Active"));
+}
+
+pub(crate) fn pod(object: &mut Value) {
+    if let Some(spec) = object.get_mut("spec") {
+        pod_spec(spec);
+    }
+    set_default(object, "/status/phase", json!("Pending"));
+}
+
+pub(crate) fn pod_template(object: &mut Value) {
+    template(object, "/template");
+}
+
+pub(crate) fn replication_controller(object: &mut Value) {
+    set_default(object, "/spec/replicas", json!(1));
+    template(object, "/spec/template");
+}
+
+pub(crate) fn secret(object: &mut Value) {
+    set_default(object, "/type", json!("Opaque"));
+    merge_string_data(object);
+}
+
+pub(crate) fn deployment(object: &mut Value) {
+    set_default(object, "/spec/replicas", json!(1));
+    set_default(object, "/spec/revisionHistoryLimit", json!(10));
+    set_default(object, "/spec/progressDeadlineSeconds", json!(600));
+    set_default(object, "/spec/strategy/type", json!("RollingUpdate"));
+    if object
+        .pointer("/spec/strategy/type")
+        .and_then(Value::as_str)
+        == Some("RollingUpdate")
     {
+        set_default(
+            object,
+            "/spec/strategy/rollingUpdate/maxUnavailable",
+            json!("25%"),
+        );
+        set_default(
+            object,
+            "/spec/strategy/rollingUpdate/maxSurge",
+            json!("25%"),
+        );
+    }
+    template(object, "/spec/template");
+}
+
+pub(crate) fn replica_set(object: &mut Value) {
+    set_default(object, "/spec/replicas", json!(1));
+    template(object, "/spec/template");
+}
+
+pub(crate) fn stateful_set(object: &mut Value) {
+    set_default(object, "/spec/replicas", json!(1));
+    set_default(object, "/spec/podManagementPolicy", json!("OrderedReady"));
+    set_default(object, "/spec/revisionHistoryLimit", json!(10));
+    set_default(object, "/spec/updateStrategy/type", json!("RollingUpdate"));
+    if rolling(object) {
+        set_default(
+            object,
+            "/spec/updateStrategy/rollingUpdate/partition",
+            json!(0),
+        );
+    }
+    for field in ["whenDeleted", "whenScaled"] {
+        let pointer = format!("/spec/persistentVolumeClaimRetentionPolicy/{field}");
+        set_default(object, &pointer, json!("Retain"));
+    }
+    template(object, "/spec/template");
+}
+
+pub(crate) fn daemon_set(object: &mut Value) {
+    set_default(object, "/spec/revisionHistoryLimit", json!(10));
+    set_default(object, "/spec/updateStrategy/type", json!("RollingUpdate"));
+    if rolling(object) {
+        let pointer = "/spec/updateStrategy/rollingUpdate";
+        set_default(object, &format!("{pointer}/maxUnavailable"), json!(1));
+        set_default(object, &format!("{pointer}/maxSurge"), json!(0));
+    }
+    template(object, "/spec/template");
+}
+
+pub(crate) fn job(object: &mut Value) {
+    // A work queue (parallelism without completions) keeps its
+    // completions unset.
+    let set = |p: &str| object.pointer(p).is_some_and(|v| !v.is_null());
+    if !set("/spec/parallelism") && !set("/spec/completions") {
+        set_default(object, "/spec/completions", json!(1));
+    }
+    set_default(object, "/spec/parallelism", json!(1));
+    set_default(object, "/spec/backoffLimit", json!(6));
+    let replacement = match object.pointer("/spec/podFailurePolicy") {
+        Some(p) if !p.is_null() => "Failed",
+        _ => "TerminatingOrFailed",
+    };
+    set_default(object, "/spec/podReplacementPolicy", json!(replacement));
+    set_default(object, "/spec/completionMode", json!("NonIndexed"));
+    set_default(object, "/spec/suspend", json!(false));
+    template(object, "/spec/jobTemplate/spec/template");
+    template(object, "/spec/template");
+}
+
+pub(crate) fn cron_job(object: &mut Value) {
+    set_default(object, "/spec/concurrencyPolicy", json!("Allow"));
+    set_default(object, "/spec/suspend", json!(false));
+    set_default(object, "/spec/successfulJobsHistoryLimit", json!(3));
+    set_default(object, "/spec/failedJobsHistoryLimit", json!(1));
+    template(object, "/spec/jobTemplate/spec/template");
+}
+
+/// A Job's generated selector (unless it asks for `manualSelector`): its
+/// pods labelled with the Job's uid and name, and the selector matching the
+/// uid, as upstream's Job strategy sets on create.
+pub(crate) fn job_selector(object: &mut Value) {
+    if object.pointer("/spec/manualSelector") == Some(&json!(true)) {
         return;
     }
     let uid = object.pointer("/metadata/uid").cloned().unwrap_or_default();
@@ -372,7 +332,7 @@ fn container_defaults(container: &mut Value) {
     }
 }
 
-fn service(object: &mut Value) {
+pub(crate) fn service(object: &mut Value) {
     set_default(object, "/spec/type", json!("ClusterIP"));
     set_default(object, "/spec/sessionAffinity", json!("None"));
     let kind = object
@@ -401,187 +361,6 @@ fn service(object: &mut Value) {
                 port["targetPort"] = p;
             }
         }
-    }
-}
-
-fn service_causes(object: &Value, causes: &mut Vec<Cause>) {
-    let kind = object
-        .pointer("/spec/type")
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP");
-    if !matches!(
-        kind,
-        "ClusterIP" | "NodePort" | "LoadBalancer" | "ExternalName"
-    ) {
-        let value = object.pointer("/spec/type").cloned().unwrap_or(Value::Null);
-        causes.push(Cause::not_supported(
-            "spec.type",
-            &value,
-            &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"],
-        ));
-        return;
-    }
-    if kind == "ExternalName" {
-        if object
-            .pointer("/spec/externalName")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
-            causes.push(Cause::required("spec.externalName"));
-        }
-        return;
-    }
-    let headless = object.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None");
-    let ports = object
-        .pointer("/spec/ports")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if ports.is_empty() && !headless {
-        causes.push(Cause::required("spec.ports"));
-    }
-    let mut names = std::collections::HashSet::new();
-    for (i, port) in ports.iter().enumerate() {
-        match port.get("port").and_then(Value::as_i64) {
-            Some(p) if (1..=65535).contains(&p) => {}
-            Some(p) => causes.push(Cause::invalid(
-                format!("spec.ports[{i}].port"),
-                &json!(p),
-                "must be between 1 and 65535, inclusive",
-            )),
-            None => causes.push(Cause::required(format!("spec.ports[{i}].port"))),
-        }
-        let name = port.get("name").and_then(Value::as_str).unwrap_or_default();
-        if ports.len() > 1 && name.is_empty() {
-            causes.push(Cause::required(format!("spec.ports[{i}].name")));
-        } else if !name.is_empty() && !names.insert(name.to_string()) {
-            causes.push(Cause::duplicate(
-                format!("spec.ports[{i}].name"),
-                &json!(name),
-            ));
-        }
-    }
-}
-
-fn pod_spec_causes(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
-    let Some(spec) = spec else {
-        causes.push(Cause::required(path));
-        return;
-    };
-    match spec.get("containers").and_then(Value::as_array) {
-        None => causes.push(Cause::required(format!("{path}.containers"))),
-        Some(containers) if containers.is_empty() => {
-            causes.push(Cause::required(format!("{path}.containers")))
-        }
-        Some(containers) => {
-            let volumes = validation::pod::volumes(spec, path, causes);
-            let mut names = std::collections::HashSet::new();
-            let init = spec.get("initContainers").and_then(Value::as_array);
-            for (i, c) in init.into_iter().flatten().enumerate() {
-                let at = format!("{path}.initContainers[{i}]");
-                validation::pod::container(c, &at, &volumes, causes);
-            }
-            for (i, c) in containers.iter().enumerate() {
-                let at = format!("{path}.containers[{i}]");
-                validation::pod::unique_name(c, &at, &mut names, causes);
-                if c.get("image")
-                    .and_then(Value::as_str)
-                    .is_none_or(|i| i.trim().is_empty())
-                {
-                    causes.push(Cause::required(format!("{at}.image")));
-                }
-                validation::pod::container(c, &at, &volumes, causes);
-            }
-        }
-    }
-    validation::one_of(
-        spec.get("restartPolicy"),
-        format!("{path}.restartPolicy"),
-        &["Always", "OnFailure", "Never"],
-        causes,
-    );
-}
-
-/// The restart policies a controller's pod template (at `template`, a
-/// JSON pointer) may have.
-fn template_restart_policy(
-    object: &Value,
-    template: &str,
-    allowed: &[&str],
-    causes: &mut Vec<Cause>,
-) {
-    let policy = object.pointer(&format!("{template}/spec/restartPolicy"));
-    let path = format!("{}.spec.restartPolicy", template[1..].replace('/', "."));
-    validation::one_of(policy, path, allowed, causes);
-}
-
-fn workload_causes(object: &Value, causes: &mut Vec<Cause>) {
-    let selector = object.pointer("/spec/selector");
-    match selector {
-        None | Some(Value::Null) => causes.push(Cause::required("spec.selector")),
-        Some(selector) => {
-            let labels = object.pointer("/spec/template/metadata/labels");
-            if !label_selector_matches(selector, labels) {
-                causes.push(Cause::invalid(
-                    "spec.template.metadata.labels",
-                    labels.unwrap_or(&Value::Null),
-                    "`selector` does not match template `labels`",
-                ));
-            }
-            if selector.get("matchLabels").is_none() && selector.get("matchExpressions").is_none() {
-                causes.push(Cause::invalid(
-                    "spec.selector",
-                    selector,
-                    "empty selector is invalid for deployment",
-                ));
-            }
-        }
-    }
-    pod_spec_causes(
-        object.pointer("/spec/template/spec"),
-        "spec.template.spec",
-        causes,
-    );
-}
-
-/// Whether a `metav1.LabelSelector` object selects `labels`.
-pub fn label_selector_matches(selector: &Value, labels: Option<&Value>) -> bool {
-    LabelSelector::from_object(selector).is_some_and(|s| s.matches(labels))
-}
-
-impl LabelSelector {
-    /// The selector a `metav1.LabelSelector` object describes (`None` when
-    /// malformed).
-    pub fn from_object(selector: &Value) -> Option<LabelSelector> {
-        use crate::selector::Requirement;
-        let mut requirements = Vec::new();
-        if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
-            for (k, v) in labels {
-                requirements.push(Requirement::Equals(k.clone(), v.as_str()?.to_string()));
-            }
-        }
-        if let Some(expressions) = selector.get("matchExpressions").and_then(Value::as_array) {
-            for e in expressions {
-                let key = e.get("key")?.as_str()?.to_string();
-                let values: std::collections::BTreeSet<String> = e
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .map(|vs| {
-                        vs.iter()
-                            .filter_map(|v| v.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                requirements.push(match e.get("operator")?.as_str()? {
-                    "In" => Requirement::In(key, values),
-                    "NotIn" => Requirement::NotIn(key, values),
-                    "Exists" => Requirement::Exists(key),
-                    "DoesNotExist" => Requirement::DoesNotExist(key),
-                    _ => return None,
-                });
-            }
-        }
-        Some(LabelSelector { requirements })
     }
 }
 

@@ -21,6 +21,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod quantity;
 pub mod selector;
+pub mod strategy;
 pub mod structure;
 pub mod table;
 pub mod time;

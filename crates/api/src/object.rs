@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::registry::ResourceDef;
 use crate::update::Via;
-use crate::validation::{self, NameRule};
+use crate::validation;
 use crate::{Cause, Status};
 
 /// What the server supplies to a create: the time and fresh identifiers.
@@ -263,11 +263,7 @@ pub fn validate(def: &ResourceDef, object: &Value) -> Result<(), Status> {
 
 fn causes_of(def: &ResourceDef, object: &Value) -> Vec<Cause> {
     let meta = object.get("metadata").unwrap_or(&Value::Null);
-    let mut causes = validation::object_meta(
-        meta,
-        NameRule::for_kind(&def.group, &def.kind),
-        def.namespaced,
-    );
+    let mut causes = validation::object_meta(meta, def.strategy.name_rule, def.namespaced);
     causes.extend(crate::defaults::validate(def, object));
     causes
 }

@@ -1,9 +1,9 @@
 //! The resource registry: every resource the API server serves, described
 //! once — group, version, kind, plural and singular names, scope, short
-//! names, categories, verbs, subresources — with the typed functions the
-//! generic handlers need (a typed round trip for field validation, the
-//! OpenAPI schema). Discovery, routing, OpenAPI and Table output all read
-//! from here; no handler is written per kind.
+//! names, categories, verbs, subresources, the kind's strategy — with the
+//! typed functions the generic handlers need (a typed round trip for field
+//! validation, the OpenAPI schema). Discovery, routing, OpenAPI and Table
+//! output all read from here; no handler is written per kind.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -14,6 +14,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use crate::strategy::{GENERIC, Strategy};
 
 /// The verbs of a plain resource.
 pub const STANDARD_VERBS: &[&str] = &[
@@ -72,6 +74,9 @@ pub struct ResourceDef {
     /// The warning every request to a deprecated resource gets, as
     /// upstream's `Warning: 299` header.
     pub deprecation: Option<&'static str>,
+    /// Everything particular to the kind: defaults, validation, update
+    /// rules, Table printer, field selectors, deletion.
+    pub strategy: &'static Strategy,
 }
 
 impl std::fmt::Debug for ResourceDef {
@@ -166,6 +171,7 @@ pub struct Extra<'a> {
     pub conversion: Option<crate::conversion::Conversion>,
     pub storage_prefix: Option<&'a str>,
     pub deprecation: Option<&'static str>,
+    pub strategy: &'static Strategy,
 }
 
 impl Extra<'static> {
@@ -177,6 +183,7 @@ impl Extra<'static> {
         conversion: None,
         storage_prefix: None,
         deprecation: None,
+        strategy: &GENERIC,
     };
 }
 
@@ -214,6 +221,7 @@ where
         storage_prefix: extra.storage_prefix.map(str::to_string),
         custom: None,
         deprecation: extra.deprecation,
+        strategy: extra.strategy,
     }
 }
 

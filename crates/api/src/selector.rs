@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::Status;
+use crate::{ResourceDef, Status};
 
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,6 +229,46 @@ pub fn format_map_selector(selector: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// Whether a `metav1.LabelSelector` object selects `labels`.
+pub fn label_selector_matches(selector: &Value, labels: Option<&Value>) -> bool {
+    LabelSelector::from_object(selector).is_some_and(|s| s.matches(labels))
+}
+
+impl LabelSelector {
+    /// The selector a `metav1.LabelSelector` object describes (`None` when
+    /// malformed).
+    pub fn from_object(selector: &Value) -> Option<LabelSelector> {
+        let mut requirements = Vec::new();
+        if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
+            for (k, v) in labels {
+                requirements.push(Requirement::Equals(k.clone(), v.as_str()?.to_string()));
+            }
+        }
+        if let Some(expressions) = selector.get("matchExpressions").and_then(Value::as_array) {
+            for e in expressions {
+                let key = e.get("key")?.as_str()?.to_string();
+                let values: BTreeSet<String> = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|vs| {
+                        vs.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                requirements.push(match e.get("operator")?.as_str()? {
+                    "In" => Requirement::In(key, values),
+                    "NotIn" => Requirement::NotIn(key, values),
+                    "Exists" => Requirement::Exists(key),
+                    "DoesNotExist" => Requirement::DoesNotExist(key),
+                    _ => return None,
+                });
+            }
+        }
+        Some(LabelSelector { requirements })
+    }
+}
+
 /// One term of a field selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldRequirement {
@@ -244,8 +284,14 @@ pub struct FieldSelector {
 }
 
 impl FieldSelector {
-    /// Parses a selector, refusing fields `kind` does not support.
-    pub fn parse(text: &str, group: &str, kind: &str) -> Result<Self, Status> {
+    /// Parses a selector of `def`'s objects, refusing fields its kind
+    /// cannot be selected by.
+    pub fn parse_for(text: &str, def: &ResourceDef) -> Result<Self, Status> {
+        Self::parse_among(text, fields_of(def))
+    }
+
+    /// Parses a selector that may name `supported` and the metadata fields.
+    fn parse_among(text: &str, supported: &[&str]) -> Result<Self, Status> {
         let mut requirements = Vec::new();
         for term in split_unescaped(text, ',') {
             if term.trim().is_empty() {
@@ -263,7 +309,7 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim().to_string();
-            if !supported_fields(group, kind).contains(&field.as_str())
+            if !supported.contains(&field.as_str())
                 && field != "metadata.name"
                 && field != "metadata.namespace"
             {
@@ -359,42 +405,11 @@ pub fn field_value(object: &Value, field: &str) -> String {
     }
 }
 
-/// The fields beyond `metadata.name` and `metadata.namespace` that a kind
-/// can be selected by (upstream's per-kind field label conversion funcs).
-pub fn supported_fields(group: &str, kind: &str) -> &'static [&'static str] {
-    match (group, kind) {
-        ("", "Pod") => &[
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ],
-        ("", "Event") => &[
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-        ],
-        ("", "Secret") => &["type"],
-        ("", "Namespace") => &["status.phase"],
-        ("", "Node") => &["spec.unschedulable"],
-        ("", "ReplicationController") | ("apps", "ReplicaSet") => &["status.replicas"],
-        ("", "Service") => &["spec.clusterIP", "spec.type"],
-        ("batch", "Job") => &["status.successful"],
-        ("certificates.k8s.io", "CertificateSigningRequest") => &["spec.signerName"],
-        _ => &[],
-    }
+/// The fields beyond `metadata.name` and `metadata.namespace` that `def`'s
+/// objects can be selected by (its strategy's, from upstream's per-kind
+/// field label conversion functions).
+pub fn fields_of(def: &ResourceDef) -> &'static [&'static str] {
+    def.strategy.field_selectors
 }
 
 #[cfg(test)]
@@ -441,38 +456,46 @@ mod tests {
         }
     }
 
+    fn kind(group: &str, kind: &str) -> std::sync::Arc<ResourceDef> {
+        crate::Registry::builtin()
+            .all()
+            .iter()
+            .find(|d| d.group == group && d.kind == kind)
+            .cloned()
+            .expect("a built-in kind")
+    }
+
     #[test]
     fn field_selectors_check_supported_fields_and_match() {
+        let (pods, config_maps, events) =
+            (kind("", "Pod"), kind("", "ConfigMap"), kind("", "Event"));
         let pod = json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1", "hostNetwork": false}, "status": {"phase": "Running"}});
-        let s = FieldSelector::parse("spec.nodeName=n1,status.phase!=Pending", "", "Pod")
+        let s = FieldSelector::parse_for("spec.nodeName=n1,status.phase!=Pending", &pods)
             .expect("valid");
         assert!(s.matches(&pod));
         assert!(
-            FieldSelector::parse("spec.hostNetwork=false", "", "Pod")
+            FieldSelector::parse_for("spec.hostNetwork=false", &pods)
                 .expect("valid")
                 .matches(&pod)
         );
         assert!(
-            !FieldSelector::parse("metadata.name=q", "", "Pod")
+            !FieldSelector::parse_for("metadata.name=q", &pods)
                 .expect("valid")
                 .matches(&pod)
         );
         assert_eq!(
-            FieldSelector::parse("metadata.name==p", "", "Pod")
+            FieldSelector::parse_for("metadata.name==p", &pods)
                 .expect("valid")
                 .pinned_name(),
             Some("p")
         );
         let err =
-            FieldSelector::parse("spec.nodeName=n1", "", "ConfigMap").expect_err("unsupported");
+            FieldSelector::parse_for("spec.nodeName=n1", &config_maps).expect_err("unsupported");
         assert_eq!(err.message, "field label not supported: spec.nodeName");
         let event = json!({"involvedObject": {"name": "a,b", "kind": "Pod"}});
-        let s = FieldSelector::parse(
-            "involvedObject.name=a\\,b,involvedObject.kind=Pod",
-            "",
-            "Event",
-        )
-        .expect("valid");
+        let s =
+            FieldSelector::parse_for("involvedObject.name=a\\,b,involvedObject.kind=Pod", &events)
+                .expect("valid");
         assert!(s.matches(&event));
     }
 }

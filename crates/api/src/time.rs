@@ -1,6 +1,63 @@
 //! RFC 3339 timestamps as the API writes them (`2026-11-30T09:00:00Z`) and
 //! upstream's human durations (`apimachinery/pkg/util/duration`). Pure: the
-//! caller supplies the current time.
+//! caller supplies the current time — read from a [`Clock`], the seam that
+//! lets tests run time-driven behaviour (grace periods, leases, backoffs) on
+//! a fake clock they advance.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Where the current time comes from.
+pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
+    fn now(&self) -> SystemTime;
+
+    /// Unix seconds now.
+    fn now_seconds(&self) -> i64 {
+        unix_seconds(self.now())
+    }
+
+    /// Now, as the API writes timestamps (RFC 3339, seconds).
+    fn now_rfc3339(&self) -> String {
+        format_rfc3339(self.now_seconds())
+    }
+}
+
+/// The system's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// Unix seconds of a time (negative before 1970).
+pub fn unix_seconds(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(since) => since.as_secs() as i64,
+        Err(before) => -(before.duration().as_secs() as i64),
+    }
+}
+
+/// The time of Unix seconds.
+pub fn from_unix_seconds(seconds: i64) -> SystemTime {
+    if seconds >= 0 {
+        UNIX_EPOCH + Duration::from_secs(seconds as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(seconds.unsigned_abs())
+    }
+}
+
+/// A time as `metav1.MicroTime` writes it: `2026-11-30T09:00:00.123456Z`.
+pub fn format_rfc3339_micros(time: SystemTime) -> String {
+    let seconds = unix_seconds(time);
+    let micros = time
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_micros())
+        .unwrap_or(0);
+    let base = format_rfc3339(seconds);
+    format!("{}.{micros:06}Z", base.trim_end_matches('Z'))
+}
 
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
@@ -164,5 +221,13 @@ mod tests {
         ] {
             assert_eq!(human_duration(s), text);
         }
+    }
+
+    #[test]
+    fn micro_times_and_unix_seconds_round_trip() {
+        let t = from_unix_seconds(1_764_493_200) + Duration::from_micros(123_456);
+        assert_eq!(format_rfc3339_micros(t), "2025-11-30T09:00:00.123456Z");
+        assert_eq!(unix_seconds(t), 1_764_493_200);
+        assert_eq!(unix_seconds(from_unix_seconds(-5)), -5);
     }
 }

@@ -3,7 +3,8 @@
 //! its few mutable fields, an immutable ConfigMap's data, a binding's
 //! roleRef, …) are compared between the stored object and the defaulted
 //! update, and each change is an Invalid or Forbidden cause with upstream's
-//! field path and wording.
+//! field path and wording. One function of [`Rules`] per kind, which the
+//! kind's strategy names.
 
 use serde_json::{Value, json};
 
@@ -20,15 +21,19 @@ pub enum Via {
     Binding,
 }
 
-/// One kind's update rules.
-type Rules = fn(&mut Causes<'_>);
+/// One kind's update rules: they push to the causes what `new` may not
+/// change of `old`.
+pub type Rules = fn(&mut Causes<'_>);
 
 /// The causes that refuse the update of the stored `old` to `new`
-/// (defaulted). `old` is compared as this version would write it (its
-/// defaults and canonical quantities), so that what an older version wrote
-/// does not count as a change — worked out only for kinds with rules.
+/// (defaulted), by the rules of `def`'s strategy. `old` is compared as this
+/// version would write it (its defaults and canonical quantities), so that
+/// what an older version wrote does not count as a change — worked out only
+/// for kinds with rules. `pods/binding` is not an update of the object
+/// (upstream's `BindingREST` sets `spec.nodeName` without `ValidatePodUpdate`),
+/// so no rules apply through it.
 pub fn validate(def: &ResourceDef, new: &Value, old: &Value, via: Via) -> Vec<Cause> {
-    let Some(rules) = rules_of(def, via) else {
+    let Some(rules) = def.strategy.update_rules.filter(|_| via == Via::Main) else {
         return Vec::new();
     };
     let mut stored = old.clone();
@@ -39,68 +44,78 @@ pub fn validate(def: &ResourceDef, new: &Value, old: &Value, via: Via) -> Vec<Ca
     c.0
 }
 
-/// What an update of `def`'s kind through `via` may not change, if
-/// anything.
-fn rules_of(def: &ResourceDef, via: Via) -> Option<Rules> {
-    Some(match (def.group.as_str(), def.kind.as_str()) {
-        ("", "Pod") if via == Via::Main => pod,
-        ("", "ConfigMap") => |c| sealed_data(c, &["data", "binaryData"]),
-        ("", "Secret") => |c| {
-            sealed_data(c, &["data"]);
-            c.immutable("/type", "type");
-        },
-        ("", "PersistentVolumeClaim") => claim,
-        ("", "PersistentVolume") => volume,
-        ("", "Node") => node,
-        ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") => {
-            |c| c.immutable("/spec/selector", "spec.selector")
-        }
-        ("apps", "StatefulSet") => stateful_set,
-        ("apps", "ControllerRevision") => |c| {
-            c.immutable("/data", "data");
-            c.immutable("/revision", "revision");
-        },
-        ("batch", "Job") => job,
-        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => |c| {
-            if c.changed("/roleRef") {
-                c.invalid("/roleRef", "roleRef", "cannot change roleRef");
-            }
-        },
-        ("storage.k8s.io", "StorageClass") => |c| {
-            for field in ["parameters", "provisioner", "reclaimPolicy"] {
-                if c.changed(&format!("/{field}")) {
-                    let why = format!("updates to {field} are forbidden.");
-                    c.0.push(Cause::forbidden(field, &why));
-                }
-            }
-            c.immutable("/volumeBindingMode", "volumeBindingMode");
-        },
-        ("storage.k8s.io", "VolumeAttachment") => |c| c.immutable("/spec", "spec"),
-        ("storage.k8s.io", "CSIDriver") => |c| {
-            for field in ["attachRequired", "volumeLifecycleModes", "fsGroupPolicy"] {
-                c.immutable(&format!("/spec/{field}"), &format!("spec.{field}"));
-            }
-        },
-        ("scheduling.k8s.io", "PriorityClass") => |c| {
-            if c.changed("/value") {
-                c.0.push(Cause::forbidden(
-                    "value",
-                    "may not be changed in an update.",
-                ));
-            }
-            c.immutable("/preemptionPolicy", "preemptionPolicy");
-        },
-        ("discovery.k8s.io", "EndpointSlice") => |c| c.immutable("/addressType", "addressType"),
-        ("networking.k8s.io", "IngressClass") => {
-            |c| c.immutable("/spec/controller", "spec.controller")
-        }
-        ("networking.k8s.io", "IPAddress") => |c| c.immutable("/spec/parentRef", "spec.parentRef"),
-        _ => return None,
-    })
+pub(crate) fn config_map(c: &mut Causes<'_>) {
+    sealed_data(c, &["data", "binaryData"]);
 }
 
-/// The causes found so far, and the two objects compared.
-struct Causes<'a>(Vec<Cause>, &'a Value, &'a Value);
+pub(crate) fn secret(c: &mut Causes<'_>) {
+    sealed_data(c, &["data"]);
+    c.immutable("/type", "type");
+}
+
+/// A Deployment's, ReplicaSet's or DaemonSet's selector.
+pub(crate) fn workload_selector(c: &mut Causes<'_>) {
+    c.immutable("/spec/selector", "spec.selector");
+}
+
+pub(crate) fn controller_revision(c: &mut Causes<'_>) {
+    c.immutable("/data", "data");
+    c.immutable("/revision", "revision");
+}
+
+/// A RoleBinding's or ClusterRoleBinding's roleRef.
+pub(crate) fn role_binding(c: &mut Causes<'_>) {
+    if c.changed("/roleRef") {
+        c.invalid("/roleRef", "roleRef", "cannot change roleRef");
+    }
+}
+
+pub(crate) fn storage_class(c: &mut Causes<'_>) {
+    for field in ["parameters", "provisioner", "reclaimPolicy"] {
+        if c.changed(&format!("/{field}")) {
+            let why = format!("updates to {field} are forbidden.");
+            c.0.push(Cause::forbidden(field, &why));
+        }
+    }
+    c.immutable("/volumeBindingMode", "volumeBindingMode");
+}
+
+pub(crate) fn volume_attachment(c: &mut Causes<'_>) {
+    c.immutable("/spec", "spec");
+}
+
+pub(crate) fn csi_driver(c: &mut Causes<'_>) {
+    for field in ["attachRequired", "volumeLifecycleModes", "fsGroupPolicy"] {
+        c.immutable(&format!("/spec/{field}"), &format!("spec.{field}"));
+    }
+}
+
+pub(crate) fn priority_class(c: &mut Causes<'_>) {
+    if c.changed("/value") {
+        c.0.push(Cause::forbidden(
+            "value",
+            "may not be changed in an update.",
+        ));
+    }
+    c.immutable("/preemptionPolicy", "preemptionPolicy");
+}
+
+pub(crate) fn endpoint_slice(c: &mut Causes<'_>) {
+    c.immutable("/addressType", "addressType");
+}
+
+pub(crate) fn ingress_class(c: &mut Causes<'_>) {
+    c.immutable("/spec/controller", "spec.controller");
+}
+
+pub(crate) fn ip_address(c: &mut Causes<'_>) {
+    c.immutable("/spec/parentRef", "spec.parentRef");
+}
+
+/// The causes found so far, and the two objects compared: the update and
+/// the stored object.
+#[derive(Debug)]
+pub struct Causes<'a>(Vec<Cause>, &'a Value, &'a Value);
 
 impl Causes<'_> {
     fn at<'v>(v: &'v Value, pointer: &str) -> &'v Value {
@@ -150,7 +165,7 @@ fn masked(c: &Causes<'_>, pointer: &str) -> (Value, Value) {
     (c.old_value(pointer).clone(), c.new_value(pointer).clone())
 }
 
-fn pod(c: &mut Causes<'_>) {
+pub(crate) fn pod(c: &mut Causes<'_>) {
     let (mut old, mut new) = masked(c, "/spec");
     for list in ["containers", "initContainers"] {
         for spec in [&mut old, &mut new] {
@@ -229,7 +244,7 @@ fn sealed_data(c: &mut Causes<'_>, fields: &[&str]) {
     }
 }
 
-fn claim(c: &mut Causes<'_>) {
+pub(crate) fn persistent_volume_claim(c: &mut Causes<'_>) {
     let (mut old, mut new) = masked(c, "/spec");
     for spec in [&mut old, &mut new] {
         if let Some(resources) = spec.get_mut("resources") {
@@ -264,7 +279,7 @@ pub(crate) const VOLUME_FIELDS: &[&str] = &[
     "volumeMode",
 ];
 
-fn volume(c: &mut Causes<'_>) {
+pub(crate) fn persistent_volume(c: &mut Causes<'_>) {
     let source = |spec: &Value| -> Value {
         let mut spec = spec.clone();
         if let Some(map) = spec.as_object_mut() {
@@ -281,7 +296,7 @@ fn volume(c: &mut Causes<'_>) {
     c.immutable("/spec/volumeMode", "spec.volumeMode");
 }
 
-fn node(c: &mut Causes<'_>) {
+pub(crate) fn node(c: &mut Causes<'_>) {
     for (pointer, field, what) in [
         ("/spec/podCIDR", "spec.podCIDRs", "podCIDR"),
         ("/spec/providerID", "spec.providerID", "providerID"),
@@ -305,7 +320,7 @@ const STATEFUL_SET_MUTABLE: &[&str] = &[
     "minReadySeconds",
 ];
 
-fn stateful_set(c: &mut Causes<'_>) {
+pub(crate) fn stateful_set(c: &mut Causes<'_>) {
     let (mut old, mut new) = masked(c, "/spec");
     for spec in [&mut old, &mut new] {
         if let Some(map) = spec.as_object_mut() {
@@ -320,7 +335,7 @@ fn stateful_set(c: &mut Causes<'_>) {
     }
 }
 
-fn job(c: &mut Causes<'_>) {
+pub(crate) fn job(c: &mut Causes<'_>) {
     c.immutable("/spec/selector", "spec.selector");
     c.immutable("/spec/completionMode", "spec.completionMode");
     // An indexed job may scale completions with parallelism (elastic jobs).

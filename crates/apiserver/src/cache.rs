@@ -42,7 +42,7 @@ pub struct Cached {
 
 impl Cached {
     fn new(mut value: Value, revision: u64, fields: &[&str]) -> Arc<Cached> {
-        crate::rest::set_resource_version(&mut value, revision);
+        crate::storage::set_resource_version(&mut value, revision);
         let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
         let mut selectable = serde_json::json!({});
         for path in ["metadata.name", "metadata.namespace", "metadata.labels"]

@@ -5,9 +5,13 @@
 //!   `Established` (with its accepted names, stored versions and the
 //!   cleanup finalizer), and its served versions join the registry at once:
 //!   discovery, routing and OpenAPI follow.
-//! - A definition being deleted is `Terminating`: its objects are deleted,
-//!   then its finalizer is removed and it goes; its resources leave the
+//! - A definition being deleted is `Terminating`: its objects are deleted
+//!   through the storage layer, so their own finalizers hold them; once none
+//!   is left its finalizer is removed and it goes (upstream's CRD finalizer
+//!   controller, with its `Terminating` condition). Its resources leave the
 //!   registry when it starts terminating.
+//!
+//! Every write goes through the storage layer.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -16,12 +20,16 @@ use std::time::Duration;
 use futures::StreamExt;
 use rudder_api::crd::{self, CLEANUP_FINALIZER};
 use rudder_api::json::str_at;
-use rudder_api::{Registry, ResourceDef};
+use rudder_api::object::Part;
+use rudder_api::{Registry, ResourceDef, Status};
 use rudder_store::{ListOptions, WatchRequest};
 use serde_json::{Value, json};
 
-use crate::rest::objects::{decode, encode, now};
 use crate::state::State;
+use crate::storage::{DeleteOptions, ListRequest, Selectors, WriteOptions, decode};
+
+/// How often a definition whose objects are still going looks again.
+const RECHECK: Duration = Duration::from_secs(5);
 
 fn crd_def(registry: &Registry) -> Option<Arc<ResourceDef>> {
     registry
@@ -40,14 +48,16 @@ pub async fn start(state: Arc<State>, base: Arc<Registry>) -> anyhow::Result<()>
     Ok(())
 }
 
-async fn follow(state: Arc<State>, base: Arc<Registry>, def: Arc<ResourceDef>, first: u64) {
+async fn follow(state: Arc<State>, base: Arc<Registry>, def: Arc<ResourceDef>, first: Reconciled) {
     let prefix = def.key_prefix();
     let mut known = Some(first);
     loop {
         let reconciled = match known.take() {
-            Some(revision) => Ok(revision),
+            Some(done) => Ok(done),
             None => reconcile(&state, &base, &def).await,
         };
+        let waiting = reconciled.as_ref().is_ok_and(|r| r.waiting);
+        let reconciled = reconciled.map(|r| r.revision);
         // Then wait for the next change to any definition, and look again.
         let watched = match reconciled {
             Ok(revision) => state
@@ -70,9 +80,18 @@ async fn follow(state: Arc<State>, base: Arc<Registry>, def: Arc<ResourceDef>, f
                 continue;
             }
         };
+        // A definition waiting for its objects to go looks again soon.
+        let recheck = async {
+            if waiting {
+                tokio::time::sleep(RECHECK).await;
+            } else {
+                futures::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             _ = state.shutdown.cancelled() => return,
             _ = stream.next() => {}
+            () = recheck => {}
         }
     }
 }
@@ -85,9 +104,22 @@ async fn pause(state: &State, duration: Duration) -> bool {
     }
 }
 
-/// Brings every definition's status and the registry up to date; returns
-/// the revision the definitions were read at.
-async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow::Result<u64> {
+/// What a reconcile pass found.
+#[derive(Debug, Clone, Copy)]
+struct Reconciled {
+    /// The revision the definitions were read at.
+    revision: u64,
+    /// Whether a deleted definition waits for its objects to go.
+    waiting: bool,
+}
+
+/// Brings every definition's status and the registry up to date.
+async fn reconcile(
+    state: &State,
+    base: &Registry,
+    def: &ResourceDef,
+) -> anyhow::Result<Reconciled> {
+    let mut waiting = false;
     let page = state
         .store
         .list(def.key_prefix().as_bytes(), ListOptions::default())
@@ -109,7 +141,7 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
         definitions.push((!accepted, kv.create_revision, kv, object));
     }
     definitions.sort_by_key(|(newcomer, created, _, _)| (*newcomer, *created));
-    for (_, _, kv, object) in definitions {
+    for (_, _, _, object) in definitions {
         let name = object
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -119,7 +151,7 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
             .pointer("/metadata/deletionTimestamp")
             .is_some_and(|v| !v.is_null())
         {
-            finish_deletion(state, &object, kv.key.as_ref(), kv.mod_revision).await?;
+            waiting |= !finish_deletion(state, def, &object).await?;
             continue;
         }
         let group = str_at(&object, "/spec/group").to_string();
@@ -128,7 +160,8 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
             .iter()
             .find(|n| taken.contains(&(group.clone(), (*n).clone())));
         let builtin_conflict = base.groups().iter().any(|g| g.name == group);
-        let wanted = desired_status(&object, conflict.cloned(), builtin_conflict);
+        let now = state.clock.now_rfc3339();
+        let wanted = desired_status(&object, conflict.cloned(), builtin_conflict, &now);
         let accepted = wanted
             .pointer("/conditions/0/status")
             .and_then(Value::as_str)
@@ -141,18 +174,17 @@ async fn reconcile(state: &State, base: &Registry, def: &ResourceDef) -> anyhow:
                 registry.add(served);
             }
         }
-        if let Some(updated) = with_status(&object, wanted) {
-            state
-                .store
-                .update(kv.key.as_ref(), encode(&updated), kv.mod_revision)
-                .await?;
+        if write_status(state, def, &name, &object, wanted).await? {
             tracing::info!(crd = %name, established = accepted, "CustomResourceDefinition status");
         }
     }
     state.set_registry(Arc::new(registry));
     // Follow from the revision read: our own writes come back as events (a
     // pass that changes nothing), and nobody else's change can slip between.
-    Ok(page.revision)
+    Ok(Reconciled {
+        revision: page.revision,
+        waiting,
+    })
 }
 
 /// The names a definition claims in its group: plural, singular, kind,
@@ -175,7 +207,7 @@ fn names_of(crd: &Value) -> Vec<String> {
     names
 }
 
-fn condition(kind: &str, ok: bool, reason: &str, message: &str, old: &Value) -> Value {
+fn condition(kind: &str, ok: bool, reason: &str, message: &str, old: &Value, now: &str) -> Value {
     let status = if ok { "True" } else { "False" };
     // The transition time stays while the status does.
     let previous = old
@@ -184,13 +216,13 @@ fn condition(kind: &str, ok: bool, reason: &str, message: &str, old: &Value) -> 
         .and_then(|c| c.iter().find(|c| c["type"] == kind));
     let time = match previous {
         Some(p) if p["status"] == status => p["lastTransitionTime"].clone(),
-        _ => json!(now()),
+        _ => json!(now),
     };
     json!({"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": time})
 }
 
 /// The status a definition should have.
-fn desired_status(crd: &Value, conflict: Option<String>, builtin_group: bool) -> Value {
+fn desired_status(crd: &Value, conflict: Option<String>, builtin_group: bool, now: &str) -> Value {
     let (accepted, reason, message) = match (&conflict, builtin_group) {
         (_, true) => (
             false,
@@ -203,7 +235,14 @@ fn desired_status(crd: &Value, conflict: Option<String>, builtin_group: bool) ->
         (Some(name), _) => (false, "NameConflict", format!("{name:?} is already in use")),
         (None, false) => (true, "NoConflicts", "no conflicts found".to_string()),
     };
-    let mut conditions = vec![condition("NamesAccepted", accepted, reason, &message, crd)];
+    let mut conditions = vec![condition(
+        "NamesAccepted",
+        accepted,
+        reason,
+        &message,
+        crd,
+        now,
+    )];
     conditions.push(if accepted {
         condition(
             "Established",
@@ -211,6 +250,7 @@ fn desired_status(crd: &Value, conflict: Option<String>, builtin_group: bool) ->
             "InitialNamesAccepted",
             "the initial names have been accepted",
             crd,
+            now,
         )
     } else {
         condition(
@@ -219,6 +259,7 @@ fn desired_status(crd: &Value, conflict: Option<String>, builtin_group: bool) ->
             "NotAccepted",
             "not all names are accepted",
             crd,
+            now,
         )
     });
     let mut stored: Vec<Value> = crd
@@ -250,82 +291,164 @@ fn desired_status(crd: &Value, conflict: Option<String>, builtin_group: bool) ->
     })
 }
 
-/// The definition with `status` and the cleanup finalizer, if that differs
-/// from what it has.
-fn with_status(crd: &Value, status: Value) -> Option<Value> {
-    let mut updated = crd.clone();
-    updated["status"] = status;
-    let finalizers = updated
-        .pointer_mut("/metadata")
-        .and_then(Value::as_object_mut)
-        .map(|m| m.entry("finalizers").or_insert_with(|| json!([])));
-    if let Some(Value::Array(list)) = finalizers
-        && !list.iter().any(|f| f == CLEANUP_FINALIZER)
+/// Gives a definition the cleanup finalizer and `status`, each written only
+/// if it differs; returns whether anything was written.
+async fn write_status(
+    state: &State,
+    def: &ResourceDef,
+    name: &str,
+    crd: &Value,
+    status: Value,
+) -> anyhow::Result<bool> {
+    let storage = state.storage();
+    let options = WriteOptions::server();
+    let mut wrote = false;
+    if !crate::storage::finalizers(crd)
+        .iter()
+        .any(|f| f == CLEANUP_FINALIZER)
     {
-        list.push(json!(CLEANUP_FINALIZER));
+        storage
+            .update(def, None, name, Part::Main, &options, |old| {
+                let mut new = old.clone();
+                let list = new["metadata"]
+                    .as_object_mut()
+                    .map(|m| m.entry("finalizers").or_insert_with(|| json!([])));
+                if let Some(Value::Array(list)) = list
+                    && !list.iter().any(|f| f == CLEANUP_FINALIZER)
+                {
+                    list.push(json!(CLEANUP_FINALIZER));
+                }
+                strip_version(&mut new);
+                Ok(new)
+            })
+            .await
+            .map_err(anyhow_status)?;
+        wrote = true;
     }
-    if let Some(meta) = updated.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
+    if crd.get("status") != Some(&status) {
+        storage
+            .update(def, None, name, Part::Status, &options, |old| {
+                let mut new = old.clone();
+                new["status"] = status.clone();
+                strip_version(&mut new);
+                Ok(new)
+            })
+            .await
+            .map_err(anyhow_status)?;
+        wrote = true;
     }
-    let mut current = crd.clone();
-    if let Some(meta) = current.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
-    }
-    (updated != current).then_some(updated)
+    Ok(wrote)
 }
 
-/// A definition being deleted: its objects go, then it does.
-async fn finish_deletion(
-    state: &State,
-    crd: &Value,
-    key: &[u8],
-    revision: u64,
-) -> anyhow::Result<()> {
-    let group = str_at(crd, "/spec/group");
-    let plural = str_at(crd, "/spec/names/plural");
-    if !group.is_empty() && !plural.is_empty() {
-        let prefix = format!("/registry/{group}/{plural}/");
-        loop {
-            let page = state
-                .store
-                .list(
-                    prefix.as_bytes(),
-                    ListOptions {
-                        limit: 500,
-                        ..ListOptions::default()
-                    },
+fn strip_version(object: &mut Value) {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+}
+
+fn anyhow_status(status: Status) -> anyhow::Error {
+    anyhow::anyhow!("{}", status.message)
+}
+
+/// A definition being deleted: its objects are deleted (their finalizers
+/// holding them as long as they say); once none is left, its finalizer
+/// goes and so does it. Returns whether it is done.
+async fn finish_deletion(state: &State, def: &ResourceDef, crd: &Value) -> anyhow::Result<bool> {
+    let name = str_at(crd, "/metadata/name").to_string();
+    let storage = state.storage();
+    let options = WriteOptions::server();
+    // Any served version addresses every object (they share one prefix).
+    let custom = crd::definitions(crd).into_iter().next();
+    let remaining = match &custom {
+        Some(custom) => {
+            storage
+                .delete_collection(
+                    custom,
+                    None,
+                    &Selectors::default(),
+                    &DeleteOptions::default(),
+                    &options,
                 )
-                .await?;
-            if page.kvs.is_empty() {
-                break;
-            }
-            for kv in &page.kvs {
-                match state.store.delete(kv.key.as_ref(), None).await {
-                    Ok(_) | Err(rudder_store::Error::NotFound) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+                .await
+                .map_err(anyhow_status)?;
+            storage
+                .list(custom, None, &Selectors::default(), &ListRequest::default())
+                .await
+                .map_err(anyhow_status)?
+                .items
+                .len()
         }
-    }
-    let mut object = crd.clone();
-    if let Some(list) = object
-        .pointer_mut("/metadata/finalizers")
-        .and_then(Value::as_array_mut)
-    {
-        list.retain(|f| f != CLEANUP_FINALIZER);
-    }
-    let remaining = object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|l| !l.is_empty());
-    if remaining {
-        state.store.update(key, encode(&object), revision).await?;
+        None => 0,
+    };
+    let now = state.clock.now_rfc3339();
+    let (status, reason, message) = if remaining > 0 {
+        (
+            "True",
+            "InstanceDeletionInProgress",
+            format!("CustomResource deletion is in progress: {remaining} remaining"),
+        )
     } else {
-        match state.store.delete(key, Some(revision)).await {
-            Ok(_) | Err(rudder_store::Error::NotFound) => {}
-            Err(e) => return Err(e.into()),
-        }
+        (
+            "False",
+            "InstanceDeletionCompleted",
+            "removed all instances".to_string(),
+        )
+    };
+    let terminating = json!({"type": "Terminating", "status": status, "reason": reason, "message": message, "lastTransitionTime": now});
+    let current = crd
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Terminating"));
+    let changed = current.is_none_or(|c| {
+        (&c["status"], &c["reason"], &c["message"])
+            != (
+                &terminating["status"],
+                &terminating["reason"],
+                &terminating["message"],
+            )
+    });
+    if changed {
+        storage
+            .update(def, None, &name, Part::Status, &options, |old| {
+                let mut new = old.clone();
+                let conditions = new["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let mut conditions: Vec<Value> = conditions
+                    .into_iter()
+                    .filter(|c| c["type"] != "Terminating")
+                    .collect();
+                conditions.push(terminating.clone());
+                new["status"]["conditions"] = json!(conditions);
+                strip_version(&mut new);
+                Ok(new)
+            })
+            .await
+            .map_err(anyhow_status)?;
     }
-    tracing::info!(crd = %str_at(crd, "/metadata/name"), "CustomResourceDefinition deleted with its objects");
-    Ok(())
+    if remaining > 0 {
+        return Ok(false);
+    }
+    // The last finalizer removed deletes the definition.
+    match storage
+        .update(def, None, &name, Part::Main, &options, |old| {
+            let mut new = old.clone();
+            if let Some(list) = new
+                .pointer_mut("/metadata/finalizers")
+                .and_then(Value::as_array_mut)
+            {
+                list.retain(|f| f != CLEANUP_FINALIZER);
+            }
+            strip_version(&mut new);
+            Ok(new)
+        })
+        .await
+    {
+        Ok(_) => {}
+        Err(status) if status.code == 404 => {}
+        Err(status) => return Err(anyhow_status(status)),
+    }
+    tracing::info!(crd = %name, "CustomResourceDefinition deleted with its objects");
+    Ok(true)
 }

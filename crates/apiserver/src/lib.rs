@@ -13,49 +13,32 @@ pub mod path;
 pub mod response;
 pub mod rest;
 mod serve;
-pub mod services;
+pub mod server;
 pub mod state;
+pub mod storage;
 pub mod tls;
 
 #[cfg(feature = "testing")]
 pub mod testing;
 
-use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use anyhow::Context;
 use axum::Router;
 use axum::extract::{Request, State as AxumState};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use rudder_api::{Registry, Status};
-use rudder_store::Store;
+use rudder_api::Status;
 use tokio_util::sync::CancellationToken;
 
+pub use server::{Identity, Listen, Server, ServerOptions};
 pub use state::State;
 
 use crate::auth::User;
 use crate::response::ApiError;
-
-/// Settings of the API server.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Certificates go under `<data_dir>/tls`, the admin kubeconfig to
-    /// `<data_dir>/kubeconfig.yaml`.
-    pub data_dir: PathBuf,
-    /// Where to listen (default `0.0.0.0:6443`).
-    pub bind: SocketAddr,
-    /// Extra names (DNS or IP) for the serving certificate.
-    pub extra_sans: Vec<String>,
-    /// The address other members of the cluster reach this server at (the
-    /// `kubernetes` Service's endpoint); by default the bind address, or
-    /// when that is unspecified this machine's address on its default route.
-    pub advertise: Option<IpAddr>,
-}
 
 /// Where the cluster reaches a server bound to `bind` (upstream's default
 /// for `--advertise-address`): the bound address, or the address this
@@ -152,55 +135,16 @@ pub fn router(state: Arc<State>) -> Router {
         .with_state(state)
 }
 
-/// Prepares and runs the API server until `cancel` fires: TLS material and
-/// the admin kubeconfig, the system namespaces, then HTTPS on `config.bind`.
-pub async fn run(
-    config: Config,
-    store: Arc<dyn Store>,
-    cancel: CancellationToken,
-) -> anyhow::Result<()> {
-    let files = tls::TlsFiles::new(&config.data_dir);
-    let advertise = config
-        .advertise
-        .unwrap_or_else(|| advertise_address(config.bind.ip()));
-    let mut names = config.extra_sans.clone();
-    if !config.bind.ip().is_unspecified() {
-        names.push(config.bind.ip().to_string());
-    }
-    names.push(advertise.to_string());
-    tls::ensure(&files, &tls::server_names(&names)).context("prepare TLS certificates")?;
-    let tls_config = tls::server_config(&files).context("load TLS certificates")?;
-    let listener = tokio::net::TcpListener::bind(config.bind)
-        .await
-        .with_context(|| format!("listen on {}", config.bind))?;
-    let port = listener.local_addr()?.port();
-    let host = if config.bind.ip().is_unspecified() {
-        "127.0.0.1".to_string()
-    } else {
-        config.bind.ip().to_string()
+/// Runs an API server on `store` until `cancel` fires (for callers that
+/// need nothing but the server; others start a [`Server`]).
+pub async fn run(options: ServerOptions, cancel: CancellationToken) -> anyhow::Result<()> {
+    let mut server = Server::start(options).await?;
+    let outcome = tokio::select! {
+        _ = cancel.cancelled() => Ok(()),
+        ended = server.wait() => ended,
     };
-    let host = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host
-    };
-    let kubeconfig = config.data_dir.join("kubeconfig.yaml");
-    tls::write_kubeconfig(&files, &kubeconfig, &format!("https://{host}:{port}"))
-        .context("write the admin kubeconfig")?;
-
-    let base = Arc::new(Registry::builtin());
-    let state = State::new(base.clone(), store);
-    rest::bootstrap_namespaces(&state).await?;
-    services::bootstrap(&state, advertise, port).await?;
-    crd::start(state.clone(), base).await?;
-    state.ready.store(true, Ordering::SeqCst);
-    tracing::info!(address = %listener.local_addr()?, kubeconfig = %kubeconfig.display(), "API server ready");
-
-    let app = router(state.clone());
-    let shutdown = cancel.clone();
-    let result = serve::serve(listener, Arc::new(tls_config), app, shutdown).await;
-    state.shutdown.cancel();
-    result
+    server.stop().await;
+    outcome
 }
 
 #[cfg(test)]

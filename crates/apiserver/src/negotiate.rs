@@ -12,6 +12,10 @@ pub enum Output {
     Json,
     /// `meta.k8s.io/v1 Table` (or v1beta1: same shape).
     Table,
+    /// `meta.k8s.io/v1 PartialObjectMetadata` (a list:
+    /// `PartialObjectMetadataList`): objects' metadata alone, as metadata
+    /// informers (the garbage collector's) ask.
+    Metadata,
 }
 
 /// One media range of an `Accept` header: type and its parameters.
@@ -81,12 +85,21 @@ pub fn output(headers: &HeaderMap) -> Result<Output, Status> {
         {
             return Ok(Output::Table);
         }
+        if matches!(
+            range.param("as"),
+            Some("PartialObjectMetadata" | "PartialObjectMetadataList")
+        ) && range.param("g") == Some("meta.k8s.io")
+            && matches!(range.param("v"), Some("v1" | "v1beta1"))
+            && accepts_json(&range)
+        {
+            return Ok(Output::Metadata);
+        }
         if range.param("as").is_none() && accepts_json(&range) {
             return Ok(Output::Json);
         }
     }
     Err(Status::not_acceptable(format!(
-        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (got {header:?})"
+        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io, application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io (got {header:?})"
     )))
 }
 

@@ -8,6 +8,7 @@ use crate::cache::Cache;
 
 use bytes::Bytes;
 use rudder_api::Registry;
+use rudder_api::time::Clock;
 use rudder_store::Store;
 use tokio_util::sync::CancellationToken;
 
@@ -45,6 +46,9 @@ pub struct State {
     /// The watch cache of each resource, started on first use.
     pub caches: crate::cache::Caches,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where the time comes from: creation and deletion timestamps, managed
+    /// fields, Table ages (a fake clock in tests).
+    pub clock: Arc<dyn Clock>,
     /// Requests (watches excepted) served at once; more get 429.
     pub inflight: Arc<tokio::sync::Semaphore>,
     inflight_limit: usize,
@@ -56,14 +60,15 @@ pub const MAX_INFLIGHT: usize = 600;
 
 impl State {
     /// The state of a server on `store`, whose operations are metered.
-    pub fn new(registry: Arc<Registry>, store: Arc<dyn Store>) -> Arc<Self> {
-        State::with_inflight_limit(registry, store, MAX_INFLIGHT)
+    pub fn new(registry: Arc<Registry>, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Arc<Self> {
+        State::with_inflight_limit(registry, store, clock, MAX_INFLIGHT)
     }
 
     /// The same, serving at most `limit` requests at once.
     pub fn with_inflight_limit(
         registry: Arc<Registry>,
         store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
         limit: usize,
     ) -> Arc<Self> {
         let metrics = Arc::new(crate::metrics::Metrics::default());
@@ -77,6 +82,7 @@ impl State {
             shutdown: CancellationToken::new(),
             caches: Default::default(),
             metrics,
+            clock,
             inflight: Arc::new(tokio::sync::Semaphore::new(limit)),
             inflight_limit: limit,
         })
@@ -116,7 +122,7 @@ impl State {
 
     /// The watch cache of a resource.
     pub fn cache(&self, def: &rudder_api::ResourceDef) -> Arc<Cache> {
-        let fields = rudder_api::selector::supported_fields(&def.group, &def.kind);
+        let fields = rudder_api::selector::fields_of(def);
         self.caches
             .get(&def.key_prefix(), fields, &self.store, &self.shutdown)
     }

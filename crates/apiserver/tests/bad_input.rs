@@ -54,9 +54,15 @@ fn post(path: &str, content_type: &str, body: impl Into<Body>) -> Request<Body> 
 
 async fn state(limit: usize) -> (Arc<State>, rudder_store::testing::TestStore) {
     let store = rudder_store::testing::embedded().await;
-    let state =
-        State::with_inflight_limit(Arc::new(Registry::builtin()), store.store.clone(), limit);
-    rudder_apiserver::rest::bootstrap_namespaces(&state)
+    let state = State::with_inflight_limit(
+        Arc::new(Registry::builtin()),
+        store.store.clone(),
+        Arc::new(rudder_api::time::SystemClock),
+        limit,
+    );
+    state
+        .storage()
+        .bootstrap_namespaces()
         .await
         .expect("namespaces");
     (state, store)

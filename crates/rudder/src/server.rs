@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use rudder_apiserver::{Identity, Listen, Server, ServerOptions};
 use rudder_store::embedded::{EmbeddedConfig, EmbeddedStore};
 use rudder_store::etcd::{EtcdConfig, EtcdStore};
 use rudder_store::{CompactionPolicy, Compactor, Store};
@@ -48,6 +49,11 @@ pub struct ServerArgs {
     /// (There is no node agent yet: this is what every server runs today.)
     #[arg(long)]
     pub disable_agent: bool,
+
+    /// Run no controllers (garbage collector, namespace lifecycle, …): the
+    /// API server stores what it is given and nothing reconciles it.
+    #[arg(long)]
+    pub disable_controllers: bool,
 }
 
 /// The backend a `--store` value names.
@@ -134,17 +140,28 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         compactor.await;
         Ok::<(), anyhow::Error>(())
     });
-    let config = rudder_apiserver::Config {
-        data_dir: args.data_dir.clone(),
+    let listen = Listen {
         bind: std::net::SocketAddr::new(args.bind_address, args.port),
         extra_sans: args.tls_sans.clone(),
         advertise: args.advertise_address,
     };
-    let (api_store, api_cancel) = (store.clone(), cancel.clone());
-    tasks.spawn(async move { rudder_apiserver::run(config, api_store, api_cancel).await });
+    let mut server = Server::start(ServerOptions::new(&args.data_dir, store, Some(listen))).await?;
+    if !args.disable_controllers {
+        let client = server.client(&Identity::controller_manager());
+        let manager = rudder_controllers::ControllerManager::new(
+            client,
+            rudder_controllers::Options::default(),
+        );
+        let stop = cancel.clone();
+        tasks.spawn(async move {
+            manager.run(stop).await;
+            Ok(())
+        });
+    }
 
     let outcome = tokio::select! {
         signal = shutdown_signal() => signal,
+        ended = server.wait() => ended,
         Some(ended) = tasks.join_next() => match ended {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(error),
@@ -158,6 +175,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             tracing::warn!(%error, "component stopped with an error");
         }
     }
+    server.stop().await;
     outcome
 }
 

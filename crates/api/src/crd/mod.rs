@@ -331,6 +331,8 @@ pub fn definitions(crd: &Value) -> Vec<ResourceDef> {
                 scale,
             })),
             deprecation: None,
+            // Its schema, printer columns and scale do what a strategy does.
+            strategy: &crate::strategy::GENERIC,
         });
     }
     out

@@ -12,7 +12,7 @@ use super::{Cell, Column, NAME, col, wide};
 use crate::json::str_at;
 use crate::time::human_duration;
 
-pub(super) fn role_binding(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn role_binding(o: &Value, now: i64) -> Vec<Cell> {
     let subjects = |kind: &str| -> String {
         arr(o, "/subjects")
             .iter()
@@ -55,7 +55,7 @@ pub(super) fn role_binding(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn lease(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn lease(o: &Value, now: i64) -> Vec<Cell> {
     vec![
         name(o),
         (
@@ -70,7 +70,7 @@ pub(super) fn lease(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn endpoint_slice(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn endpoint_slice(o: &Value, now: i64) -> Vec<Cell> {
     let ports: Vec<String> = arr(o, "/ports")
         .iter()
         .map(|p| match p.get("port").and_then(Value::as_i64) {
@@ -114,7 +114,7 @@ pub(super) fn endpoint_slice(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn ingress(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn ingress(o: &Value, now: i64) -> Vec<Cell> {
     const MAX: usize = 3;
     let rules = arr(o, "/spec/rules");
     let hosts: Vec<&str> = rules
@@ -170,7 +170,7 @@ pub(super) fn ingress(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn ingress_class(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn ingress_class(o: &Value, now: i64) -> Vec<Cell> {
     let parameters = match o.pointer("/spec/parameters").filter(|p| !p.is_null()) {
         None => "<none>".to_string(),
         Some(p) => {
@@ -204,7 +204,7 @@ pub(super) fn ingress_class(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn network_policy(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn network_policy(o: &Value, now: i64) -> Vec<Cell> {
     let selector = label_selector(o.pointer("/spec/podSelector"));
     vec![
         name(o),
@@ -220,7 +220,7 @@ pub(super) fn network_policy(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn service_cidr(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn service_cidr(o: &Value, now: i64) -> Vec<Cell> {
     let cidrs: Vec<&str> = arr(o, "/spec/cidrs")
         .iter()
         .filter_map(Value::as_str)
@@ -240,7 +240,7 @@ pub(super) fn service_cidr(o: &Value, now: i64) -> Vec<Cell> {
 }
 
 /// Name and ParentRef: upstream declares no Age column for IPAddresses.
-pub(super) fn ip_address(o: &Value, _now: i64) -> Vec<Cell> {
+pub(crate) fn ip_address(o: &Value, _now: i64) -> Vec<Cell> {
     let parent = match o.pointer("/spec/parentRef").filter(|p| !p.is_null()) {
         None => "<none>".to_string(),
         Some(p) => {
@@ -269,7 +269,7 @@ pub(super) fn ip_address(o: &Value, _now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn storage_class(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn storage_class(o: &Value, now: i64) -> Vec<Cell> {
     let default = [
         "storageclass.kubernetes.io~1is-default-class",
         "storageclass.beta.kubernetes.io~1is-default-class",
@@ -318,7 +318,7 @@ pub(super) fn storage_class(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn volume_attachment(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn volume_attachment(o: &Value, now: i64) -> Vec<Cell> {
     let attacher = Column {
         format: "name",
         ..col(
@@ -358,7 +358,7 @@ pub(super) fn volume_attachment(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn csi_node(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn csi_node(o: &Value, now: i64) -> Vec<Cell> {
     vec![
         name(o),
         (
@@ -373,7 +373,7 @@ pub(super) fn csi_node(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn csi_driver(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn csi_driver(o: &Value, now: i64) -> Vec<Cell> {
     let tokens = if present(o, "/spec/tokenRequests") {
         let audiences: Vec<&str> = arr(o, "/spec/tokenRequests")
             .iter()
@@ -442,7 +442,7 @@ pub(super) fn csi_driver(o: &Value, now: i64) -> Vec<Cell> {
 }
 
 /// Name, StorageClassName and Capacity: upstream declares no Age column.
-pub(super) fn csi_storage_capacity(o: &Value, _now: i64) -> Vec<Cell> {
+pub(crate) fn csi_storage_capacity(o: &Value, _now: i64) -> Vec<Cell> {
     let capacity = text_at(o, "/capacity").unwrap_or_else(|| "<unset>".into());
     vec![
         name(o),
@@ -465,7 +465,7 @@ pub(super) fn csi_storage_capacity(o: &Value, _now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn priority_class(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn priority_class(o: &Value, now: i64) -> Vec<Cell> {
     vec![
         name(o),
         (
@@ -496,7 +496,7 @@ pub(super) fn priority_class(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn runtime_class(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn runtime_class(o: &Value, now: i64) -> Vec<Cell> {
     vec![
         name(o),
         (
@@ -511,7 +511,7 @@ pub(super) fn runtime_class(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn certificate_signing_request(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn certificate_signing_request(o: &Value, now: i64) -> Vec<Cell> {
     let has = |t: &str| condition(o, "/status/conditions", t).is_some();
     let mut status = if has("Denied") {
         "Denied"
@@ -562,7 +562,7 @@ pub(super) fn certificate_signing_request(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn webhook_configuration(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn webhook_configuration(o: &Value, now: i64) -> Vec<Cell> {
     vec![
         name(o),
         (
@@ -577,7 +577,7 @@ pub(super) fn webhook_configuration(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn admission_policy(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn admission_policy(o: &Value, now: i64) -> Vec<Cell> {
     let param_kind = pair_at(o, "/spec/paramKind", "apiVersion", "kind")
         .unwrap_or_else(|| "<unset>".to_string());
     vec![
@@ -602,7 +602,7 @@ pub(super) fn admission_policy(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn admission_policy_binding(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn admission_policy_binding(o: &Value, now: i64) -> Vec<Cell> {
     let param = match o.pointer("/spec/paramRef").filter(|p| !p.is_null()) {
         None => "<unset>".to_string(),
         Some(p) => match (str_at(p, "/name"), str_at(p, "/namespace")) {
@@ -634,7 +634,7 @@ pub(super) fn admission_policy_binding(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn api_service(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn api_service(o: &Value, now: i64) -> Vec<Cell> {
     let service =
         pair_at(o, "/spec/service", "namespace", "name").unwrap_or_else(|| "Local".to_string());
     let available = match condition(o, "/status/conditions", "Available") {

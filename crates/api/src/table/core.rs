@@ -11,7 +11,7 @@ use super::{Cell, Column, NAME, col, wide};
 use crate::json::str_at;
 use crate::time::{human_duration, parse_rfc3339};
 
-pub(super) fn pod(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn pod(o: &Value, now: i64) -> Vec<Cell> {
     let init_specs = arr(o, "/spec/initContainers");
     let sidecar = |c: &Value| str_at(c, "/restartPolicy") == "Always";
     let is_sidecar = |name: &str| {
@@ -176,7 +176,7 @@ fn exit_reason(terminated: &Value) -> String {
     }
 }
 
-pub(super) fn pod_template(o: &Value, _now: i64) -> Vec<Cell> {
+pub(crate) fn pod_template(o: &Value, _now: i64) -> Vec<Cell> {
     let [(_, names), (_, images)] = containers(o, "/template/spec/containers");
     vec![
         name(o),
@@ -203,7 +203,7 @@ pub(super) fn pod_template(o: &Value, _now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn service(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn service(o: &Value, now: i64) -> Vec<Cell> {
     let kind = str_at(o, "/spec/type");
     let external_ips: Vec<String> = arr(o, "/spec/externalIPs")
         .iter()
@@ -279,7 +279,7 @@ pub(super) fn service(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn endpoints(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn endpoints(o: &Value, now: i64) -> Vec<Cell> {
     const MAX: usize = 3;
     let subsets = arr(o, "/subsets");
     let mut list = Vec::new();
@@ -326,7 +326,7 @@ pub(super) fn endpoints(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn node(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn node(o: &Value, now: i64) -> Vec<Cell> {
     let mut status = match condition(o, "/status/conditions", "Ready") {
         Some(c) if str_at(c, "/status") == "True" => vec!["Ready"],
         Some(_) => vec!["NotReady"],
@@ -416,7 +416,7 @@ struct EventFields {
     message: &'static str,
 }
 
-pub(super) fn event(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn event(o: &Value, now: i64) -> Vec<Cell> {
     let fields = EventFields {
         first: "/firstTimestamp",
         last: "/lastTimestamp",
@@ -428,7 +428,7 @@ pub(super) fn event(o: &Value, now: i64) -> Vec<Cell> {
     event_row(o, now, &fields)
 }
 
-pub(super) fn events_event(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn events_event(o: &Value, now: i64) -> Vec<Cell> {
     let fields = EventFields {
         first: "/deprecatedFirstTimestamp",
         last: "/deprecatedLastTimestamp",
@@ -541,7 +541,7 @@ fn event_row(o: &Value, now: i64, f: &EventFields) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn namespace(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn namespace(o: &Value, now: i64) -> Vec<Cell> {
     vec![
         name(o),
         (
@@ -552,7 +552,7 @@ pub(super) fn namespace(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn secret(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn secret(o: &Value, now: i64) -> Vec<Cell> {
     vec![
         name(o),
         (
@@ -571,7 +571,7 @@ pub(super) fn secret(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn config_map(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn config_map(o: &Value, now: i64) -> Vec<Cell> {
     let entries = map_len(o, "data") + map_len(o, "binaryData");
     vec![
         name(o),
@@ -583,7 +583,7 @@ pub(super) fn config_map(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn service_account(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn service_account(o: &Value, now: i64) -> Vec<Cell> {
     vec![
         name(o),
         (
@@ -657,7 +657,7 @@ fn phase(o: &Value) -> &str {
     }
 }
 
-pub(super) fn persistent_volume(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn persistent_volume(o: &Value, now: i64) -> Vec<Cell> {
     let claim = pair_at(o, "/spec/claimRef", "namespace", "name").unwrap_or_default();
     let capacity = text_at(o, "/spec/capacity/storage").unwrap_or_else(|| "0".into());
     let [class, attributes] = classes(o, "pv");
@@ -718,7 +718,7 @@ pub(super) fn persistent_volume(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn persistent_volume_claim(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn persistent_volume_claim(o: &Value, now: i64) -> Vec<Cell> {
     let (capacity, modes) = if str_at(o, "/spec/volumeName").is_empty() {
         (String::new(), String::new())
     } else {
@@ -769,7 +769,7 @@ pub(super) fn persistent_volume_claim(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn resource_quota(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn resource_quota(o: &Value, now: i64) -> Vec<Cell> {
     let (mut requests, mut limits) = (Vec::new(), Vec::new());
     // serde_json's maps are sorted, as upstream sorts the resource names.
     let hard = o.pointer("/status/hard").and_then(Value::as_object);
@@ -804,7 +804,7 @@ pub(super) fn resource_quota(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn component_status(o: &Value, _now: i64) -> Vec<Cell> {
+pub(crate) fn component_status(o: &Value, _now: i64) -> Vec<Cell> {
     let healthy = condition(o, "/conditions", "Healthy");
     let status = match healthy.map(|c| str_at(c, "/status")) {
         Some("True") => "Healthy",

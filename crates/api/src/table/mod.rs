@@ -8,10 +8,10 @@
 //! so the two cannot disagree; a kind without a printer gets upstream's
 //! default table (Name, Created At).
 
-mod cluster;
-mod core;
+pub(crate) mod cluster;
+pub(crate) mod core;
 mod read;
-mod workloads;
+pub(crate) mod workloads;
 
 use serde_json::{Value, json};
 
@@ -30,10 +30,11 @@ pub struct Column {
 }
 
 /// A column and one object's value in it.
-type Cell = (Column, Value);
+pub type Cell = (Column, Value);
 
-/// A kind's printer: every cell of one object's row, in column order.
-type Printer = fn(&Value, i64) -> Vec<Cell>;
+/// A kind's printer: every cell of one object's row (the object, and now
+/// in Unix seconds), in column order. A kind's strategy names its printer.
+pub type Printer = fn(&Value, i64) -> Vec<Cell>;
 
 const fn col(name: &'static str, kind: &'static str, description: &'static str) -> Column {
     Column {
@@ -71,7 +72,7 @@ const CREATED_AT: Column = col(
 
 /// The columns of a kind.
 pub fn columns(def: &ResourceDef) -> Vec<Column> {
-    match printer(&def.group, &def.kind) {
+    match def.strategy.printer {
         // A printer asked about no object names its columns all the same.
         Some(print) => print(&Value::Null, 0).into_iter().map(|(c, _)| c).collect(),
         None => vec![NAME, CREATED_AT],
@@ -115,74 +116,13 @@ pub fn cells(def: &ResourceDef, o: &Value, now: i64) -> Vec<Value> {
         }
         return row;
     }
-    match printer(&def.group, &def.kind) {
+    match def.strategy.printer {
         Some(print) => print(o, now).into_iter().map(|(_, v)| v).collect(),
         None => vec![
             json!(str_at(o, "/metadata/name")),
             json!(str_at(o, "/metadata/creationTimestamp")),
         ],
     }
-}
-
-/// The printer of a kind, if upstream has one.
-fn printer(group: &str, kind: &str) -> Option<Printer> {
-    Some(match (group, kind) {
-        ("", "Pod") => core::pod,
-        ("", "PodTemplate") => core::pod_template,
-        ("", "ComponentStatus") => core::component_status,
-        ("", "ReplicationController") => workloads::replication_controller,
-        ("", "Service") => core::service,
-        ("", "Endpoints") => core::endpoints,
-        ("", "Node") => core::node,
-        ("", "Event") => core::event,
-        ("events.k8s.io", "Event") => core::events_event,
-        ("", "Namespace") => core::namespace,
-        ("", "Secret") => core::secret,
-        ("", "ConfigMap") => core::config_map,
-        ("", "ServiceAccount") => core::service_account,
-        ("", "PersistentVolume") => core::persistent_volume,
-        ("", "PersistentVolumeClaim") => core::persistent_volume_claim,
-        ("", "ResourceQuota") => core::resource_quota,
-        ("apps", "Deployment") => workloads::deployment,
-        ("apps", "ReplicaSet") => workloads::replica_set,
-        ("apps", "StatefulSet") => workloads::stateful_set,
-        ("apps", "DaemonSet") => workloads::daemon_set,
-        ("apps", "ControllerRevision") => workloads::controller_revision,
-        ("batch", "Job") => workloads::job,
-        ("batch", "CronJob") => workloads::cron_job,
-        ("autoscaling", "HorizontalPodAutoscaler") => workloads::horizontal_pod_autoscaler,
-        ("policy", "PodDisruptionBudget") => workloads::pod_disruption_budget,
-        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
-            cluster::role_binding
-        }
-        ("coordination.k8s.io", "Lease") => cluster::lease,
-        ("discovery.k8s.io", "EndpointSlice") => cluster::endpoint_slice,
-        ("networking.k8s.io", "Ingress") => cluster::ingress,
-        ("networking.k8s.io", "IngressClass") => cluster::ingress_class,
-        ("networking.k8s.io", "NetworkPolicy") => cluster::network_policy,
-        ("networking.k8s.io", "ServiceCIDR") => cluster::service_cidr,
-        ("networking.k8s.io", "IPAddress") => cluster::ip_address,
-        ("storage.k8s.io", "StorageClass") => cluster::storage_class,
-        ("storage.k8s.io", "VolumeAttachment") => cluster::volume_attachment,
-        ("storage.k8s.io", "CSINode") => cluster::csi_node,
-        ("storage.k8s.io", "CSIDriver") => cluster::csi_driver,
-        ("storage.k8s.io", "CSIStorageCapacity") => cluster::csi_storage_capacity,
-        ("scheduling.k8s.io", "PriorityClass") => cluster::priority_class,
-        ("node.k8s.io", "RuntimeClass") => cluster::runtime_class,
-        ("certificates.k8s.io", "CertificateSigningRequest") => {
-            cluster::certificate_signing_request
-        }
-        (
-            "admissionregistration.k8s.io",
-            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
-        ) => cluster::webhook_configuration,
-        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => cluster::admission_policy,
-        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
-            cluster::admission_policy_binding
-        }
-        ("apiregistration.k8s.io", "APIService") => cluster::api_service,
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

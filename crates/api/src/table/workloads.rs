@@ -42,14 +42,14 @@ fn replica_counts(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn replication_controller(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn replication_controller(o: &Value, now: i64) -> Vec<Cell> {
     let mut row = replica_counts(o, now);
     row.extend(containers(o, "/spec/template/spec/containers"));
     row.push((SELECTOR, json!(labels(o.pointer("/spec/selector")))));
     row
 }
 
-pub(super) fn replica_set(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn replica_set(o: &Value, now: i64) -> Vec<Cell> {
     let mut row = replica_counts(o, now);
     row.extend(containers(o, "/spec/template/spec/containers"));
     row.push((SELECTOR, json!(label_selector(o.pointer("/spec/selector")))));
@@ -62,7 +62,7 @@ fn ready_of(o: &Value) -> String {
     format!("{ready}/{}", int_at(o, "/spec/replicas"))
 }
 
-pub(super) fn deployment(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn deployment(o: &Value, now: i64) -> Vec<Cell> {
     let mut row = vec![
         name(o),
         (
@@ -92,7 +92,7 @@ pub(super) fn deployment(o: &Value, now: i64) -> Vec<Cell> {
     row
 }
 
-pub(super) fn stateful_set(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn stateful_set(o: &Value, now: i64) -> Vec<Cell> {
     let mut row = vec![
         name(o),
         (
@@ -105,7 +105,7 @@ pub(super) fn stateful_set(o: &Value, now: i64) -> Vec<Cell> {
     row
 }
 
-pub(super) fn daemon_set(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn daemon_set(o: &Value, now: i64) -> Vec<Cell> {
     let mut row = vec![
         name(o),
         (
@@ -163,7 +163,7 @@ pub(super) fn daemon_set(o: &Value, now: i64) -> Vec<Cell> {
     row
 }
 
-pub(super) fn controller_revision(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn controller_revision(o: &Value, now: i64) -> Vec<Cell> {
     let controller = arr(o, "/metadata/ownerReferences")
         .iter()
         .find(|r| bool_at(r, "/controller", false))
@@ -195,7 +195,7 @@ pub(super) fn controller_revision(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn job(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn job(o: &Value, now: i64) -> Vec<Cell> {
     let succeeded = int_at(o, "/status/succeeded");
     let completions = match int_at(o, "/spec/parallelism") {
         _ if present(o, "/spec/completions") => {
@@ -248,7 +248,7 @@ pub(super) fn job(o: &Value, now: i64) -> Vec<Cell> {
     row
 }
 
-pub(super) fn cron_job(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn cron_job(o: &Value, now: i64) -> Vec<Cell> {
     let timezone = o.pointer("/spec/timeZone").and_then(Value::as_str);
     let suspend = o.pointer("/spec/suspend").and_then(Value::as_bool);
     let last = since(o, "/status/lastScheduleTime", now);
@@ -388,7 +388,7 @@ fn hpa_targets(o: &Value) -> String {
     }
 }
 
-pub(super) fn horizontal_pod_autoscaler(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn horizontal_pod_autoscaler(o: &Value, now: i64) -> Vec<Cell> {
     let reference = format!(
         "{}/{}",
         str_at(o, "/spec/scaleTargetRef/kind"),
@@ -441,7 +441,7 @@ pub(super) fn horizontal_pod_autoscaler(o: &Value, now: i64) -> Vec<Cell> {
     ]
 }
 
-pub(super) fn pod_disruption_budget(o: &Value, now: i64) -> Vec<Cell> {
+pub(crate) fn pod_disruption_budget(o: &Value, now: i64) -> Vec<Cell> {
     let or_na = |p: &str| text_at(o, p).unwrap_or_else(|| "N/A".into());
     vec![
         name(o),

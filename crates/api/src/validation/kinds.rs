@@ -1,14 +1,14 @@
 //! What upstream's `validation.go` files require of the kinds beyond pods,
-//! workloads and Services (those are in `defaults.rs`): RBAC roles and
+//! workloads and Services (`workloads.rs`, `service.rs`): RBAC roles and
 //! bindings, autoscalers, disruption budgets, volumes and claims, storage
-//! classes, typed Secrets, Ingresses, network policies, priority classes,
-//! endpoint slices and leases — each cause with upstream's field path and
+//! classes, ConfigMaps and typed Secrets, Ingresses, network policies,
+//! priority classes, endpoint slices and leases — one function per kind,
+//! which its strategy names, each cause with upstream's field path and
 //! words.
 
 use serde_json::{Value, json};
 
 use crate::Cause;
-use crate::registry::ResourceDef;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -21,106 +21,157 @@ fn too_long(field: &str) -> Cause {
     Cause::new("FieldValueTooLong", field, message)
 }
 
-/// Appends the causes `object` of `def`'s kind has.
-pub fn causes(def: &ResourceDef, object: &Value, out: &mut Vec<Cause>) {
+/// The keys of a ConfigMap's or Secret's data (upstream's
+/// `IsConfigMapKey`).
+fn config_keys(object: &Value, out: &mut Vec<Cause>) {
+    for field in ["data", "binaryData", "stringData"] {
+        if let Some(map) = object.get(field).and_then(Value::as_object) {
+            for key in map.keys() {
+                if !key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                    || key.is_empty()
+                {
+                    out.push(Cause::invalid(format!("{field}[{key}]"), &json!(key), "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"));
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn config_map(object: &Value, out: &mut Vec<Cause>) {
+    config_keys(object, out);
+    let c = Check { object, out };
+    if c.data_bytes("/data", false) + c.data_bytes("/binaryData", true) > MAX_DATA_BYTES {
+        c.out.push(too_long(""));
+    }
+}
+
+pub(crate) fn secret(object: &Value, out: &mut Vec<Cause>) {
+    config_keys(object, out);
     let mut c = Check { object, out };
-    match (def.group.as_str(), def.kind.as_str()) {
-        (RBAC_GROUP, "Role") => c.rules(true),
-        (RBAC_GROUP, "ClusterRole") => c.rules(false),
-        (RBAC_GROUP, "RoleBinding") => c.binding(&["Role", "ClusterRole"], false),
-        (RBAC_GROUP, "ClusterRoleBinding") => c.binding(&["ClusterRole"], true),
-        ("autoscaling", "HorizontalPodAutoscaler") => c.autoscaler(),
-        ("policy", "PodDisruptionBudget")
-            if c.has("/spec/minAvailable") && c.has("/spec/maxUnavailable") =>
-        {
-            let why = "minAvailable and maxUnavailable cannot be both set";
-            c.invalid("/spec", "spec", why);
+    c.typed_secret();
+    if c.data_bytes("/data", true) > MAX_DATA_BYTES {
+        c.out.push(too_long("data"));
+    }
+}
+
+pub(crate) fn role(object: &Value, out: &mut Vec<Cause>) {
+    Check { object, out }.rules(true);
+}
+
+pub(crate) fn cluster_role(object: &Value, out: &mut Vec<Cause>) {
+    Check { object, out }.rules(false);
+}
+
+pub(crate) fn role_binding(object: &Value, out: &mut Vec<Cause>) {
+    Check { object, out }.binding(&["Role", "ClusterRole"], false);
+}
+
+pub(crate) fn cluster_role_binding(object: &Value, out: &mut Vec<Cause>) {
+    Check { object, out }.binding(&["ClusterRole"], true);
+}
+
+/// A HorizontalPodAutoscaler, v1 or v2.
+pub(crate) fn autoscaler(object: &Value, out: &mut Vec<Cause>) {
+    Check { object, out }.autoscaler();
+}
+
+pub(crate) fn pod_disruption_budget(object: &Value, out: &mut Vec<Cause>) {
+    let mut c = Check { object, out };
+    if c.has("/spec/minAvailable") && c.has("/spec/maxUnavailable") {
+        let why = "minAvailable and maxUnavailable cannot be both set";
+        c.invalid("/spec", "spec", why);
+    }
+}
+
+pub(crate) fn persistent_volume(object: &Value, out: &mut Vec<Cause>) {
+    Check { object, out }.volume();
+}
+
+pub(crate) fn persistent_volume_claim(object: &Value, out: &mut Vec<Cause>) {
+    let mut c = Check { object, out };
+    if c.list("/spec/accessModes").is_empty() {
+        c.required_because("spec.accessModes", "at least 1 access mode is required");
+    }
+    if !c.has("/spec/resources/requests/storage") {
+        c.required("spec.resources[storage]");
+    }
+}
+
+pub(crate) fn storage_class(object: &Value, out: &mut Vec<Cause>) {
+    let mut c = Check { object, out };
+    c.required_string("/provisioner", "provisioner");
+    c.one_of("/reclaimPolicy", "reclaimPolicy", &["Delete", "Retain"]);
+    c.one_of(
+        "/volumeBindingMode",
+        "volumeBindingMode",
+        &["Immediate", "WaitForFirstConsumer"],
+    );
+}
+
+pub(crate) fn ingress(object: &Value, out: &mut Vec<Cause>) {
+    Check { object, out }.ingress();
+}
+
+pub(crate) fn network_policy(object: &Value, out: &mut Vec<Cause>) {
+    let c = Check { object, out };
+    for (i, kind) in c.list("/spec/policyTypes").iter().enumerate() {
+        let field = format!("spec.policyTypes[{i}]");
+        super::one_of(Some(kind), field, &["Ingress", "Egress"], c.out);
+    }
+}
+
+pub(crate) fn priority_class(object: &Value, out: &mut Vec<Cause>) {
+    let mut c = Check { object, out };
+    let name = c.string("/metadata/name");
+    let value = object.get("value").and_then(Value::as_i64);
+    match value {
+        None => c.required("value"),
+        Some(v) if v > 1_000_000_000 && !name.starts_with("system-") => {
+            c.out.push(Cause::forbidden(
+                "value",
+                "maximum allowed value of a user defined priority is 1000000000",
+            ));
         }
-        ("", "PersistentVolume") => c.volume(),
-        ("", "PersistentVolumeClaim") => {
-            if c.list("/spec/accessModes").is_empty() {
-                c.required_because("spec.accessModes", "at least 1 access mode is required");
-            }
-            if !c.has("/spec/resources/requests/storage") {
-                c.required("spec.resources[storage]");
-            }
+        Some(_) => {}
+    }
+}
+
+pub(crate) fn endpoint_slice(object: &Value, out: &mut Vec<Cause>) {
+    let mut c = Check { object, out };
+    c.one_of("/addressType", "addressType", &["IPv4", "IPv6", "FQDN"]);
+    if !c.has("/addressType") {
+        c.required("addressType");
+    }
+    for (i, endpoint) in c.list("/endpoints").iter().enumerate() {
+        let count = endpoint
+            .get("addresses")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        if count == 0 {
+            let field = format!("endpoints[{i}].addresses");
+            c.out.push(Cause::new(
+                "FieldValueRequired",
+                field,
+                "Required value: must contain at least 1 address",
+            ));
         }
-        ("", "Secret") => {
-            c.typed_secret();
-            if c.data_bytes("/data", true) > MAX_DATA_BYTES {
-                c.out.push(too_long("data"));
-            }
-        }
-        ("", "ConfigMap")
-            if c.data_bytes("/data", false) + c.data_bytes("/binaryData", true)
-                > MAX_DATA_BYTES =>
-        {
-            c.out.push(too_long(""));
-        }
-        ("storage.k8s.io", "StorageClass") => {
-            c.required_string("/provisioner", "provisioner");
-            c.one_of("/reclaimPolicy", "reclaimPolicy", &["Delete", "Retain"]);
-            c.one_of(
-                "/volumeBindingMode",
-                "volumeBindingMode",
-                &["Immediate", "WaitForFirstConsumer"],
-            );
-        }
-        ("networking.k8s.io", "Ingress") => c.ingress(),
-        ("networking.k8s.io", "NetworkPolicy") => {
-            for (i, kind) in c.list("/spec/policyTypes").iter().enumerate() {
-                let field = format!("spec.policyTypes[{i}]");
-                super::one_of(Some(kind), field, &["Ingress", "Egress"], c.out);
-            }
-        }
-        ("scheduling.k8s.io", "PriorityClass") => {
-            let name = c.string("/metadata/name");
-            let value = object.get("value").and_then(Value::as_i64);
-            match value {
-                None => c.required("value"),
-                Some(v) if v > 1_000_000_000 && !name.starts_with("system-") => {
-                    c.out.push(Cause::forbidden(
-                        "value",
-                        "maximum allowed value of a user defined priority is 1000000000",
-                    ));
-                }
-                Some(_) => {}
-            }
-        }
-        ("discovery.k8s.io", "EndpointSlice") => {
-            c.one_of("/addressType", "addressType", &["IPv4", "IPv6", "FQDN"]);
-            if !c.has("/addressType") {
-                c.required("addressType");
-            }
-            for (i, endpoint) in c.list("/endpoints").iter().enumerate() {
-                let count = endpoint
-                    .get("addresses")
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
-                if count == 0 {
-                    let field = format!("endpoints[{i}].addresses");
-                    c.out.push(Cause::new(
-                        "FieldValueRequired",
-                        field,
-                        "Required value: must contain at least 1 address",
-                    ));
-                }
-            }
-        }
-        ("coordination.k8s.io", "Lease") => {
-            if let Some(seconds) = object
-                .pointer("/spec/leaseDurationSeconds")
-                .and_then(Value::as_i64)
-                && seconds <= 0
-            {
-                c.invalid(
-                    "/spec/leaseDurationSeconds",
-                    "spec.leaseDurationSeconds",
-                    "must be greater than 0",
-                );
-            }
-        }
-        _ => {}
+    }
+}
+
+pub(crate) fn lease(object: &Value, out: &mut Vec<Cause>) {
+    let mut c = Check { object, out };
+    if let Some(seconds) = object
+        .pointer("/spec/leaseDurationSeconds")
+        .and_then(Value::as_i64)
+        && seconds <= 0
+    {
+        c.invalid(
+            "/spec/leaseDurationSeconds",
+            "spec.leaseDurationSeconds",
+            "must be greater than 0",
+        );
     }
 }
 

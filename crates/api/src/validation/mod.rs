@@ -1,9 +1,13 @@
 //! Name, label and annotation rules with upstream's messages
 //! (`apimachinery/pkg/util/validation`), and the validation of object
-//! metadata every kind shares (`apimachinery/pkg/api/validation`).
+//! metadata every kind shares (`apimachinery/pkg/api/validation`); what
+//! each kind requires beyond it is in the submodules, named by the kinds'
+//! strategies.
 
 pub mod kinds;
 pub mod pod;
+pub mod service;
+pub mod workloads;
 
 use serde_json::Value;
 
@@ -138,7 +142,7 @@ pub fn label_value(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Which name rule a kind's objects follow.
+/// Which name rule a kind's objects follow (its strategy says which).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NameRule {
     Subdomain,
@@ -148,15 +152,6 @@ pub enum NameRule {
 }
 
 impl NameRule {
-    pub fn for_kind(group: &str, kind: &str) -> NameRule {
-        match (group, kind) {
-            ("", "Namespace") => NameRule::Label,
-            ("", "Service") => NameRule::Dns1035,
-            ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
-            _ => NameRule::Subdomain,
-        }
-    }
-
     pub fn check(self, name: &str) -> Result<(), String> {
         match self {
             NameRule::Subdomain => dns1123_subdomain(name),

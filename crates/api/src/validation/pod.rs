@@ -1,8 +1,8 @@
-//! What upstream's `ValidatePodSpec` requires of volumes and containers
-//! beyond names and images (`defaults.rs` checks those): one source per
-//! volume, mounts of volumes that exist, ports, environment variables,
-//! probes, pull and DNS policies, and requests within limits — with
-//! upstream's field paths and words.
+//! What upstream's `ValidatePodSpec` requires of a pod spec — a Pod's or a
+//! controller's template's: containers with names and images, one source
+//! per volume, mounts of volumes that exist, ports, environment variables,
+//! probes, pull, DNS and restart policies, and requests within limits —
+//! with upstream's field paths and words.
 
 use std::collections::HashSet;
 
@@ -16,8 +16,48 @@ const NOT_SOURCES: &[&str] = &["name"];
 
 const PROBE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "grpc"];
 
+/// A pod spec (at `path`), absent (`None`) or not.
+pub fn spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+    let Some(spec) = spec else {
+        causes.push(Cause::required(path));
+        return;
+    };
+    match spec.get("containers").and_then(Value::as_array) {
+        None => causes.push(Cause::required(format!("{path}.containers"))),
+        Some(containers) if containers.is_empty() => {
+            causes.push(Cause::required(format!("{path}.containers")))
+        }
+        Some(containers) => {
+            let volumes = volumes(spec, path, causes);
+            let mut names = HashSet::new();
+            let init = spec.get("initContainers").and_then(Value::as_array);
+            for (i, c) in init.into_iter().flatten().enumerate() {
+                let at = format!("{path}.initContainers[{i}]");
+                container(c, &at, &volumes, causes);
+            }
+            for (i, c) in containers.iter().enumerate() {
+                let at = format!("{path}.containers[{i}]");
+                unique_name(c, &at, &mut names, causes);
+                if c.get("image")
+                    .and_then(Value::as_str)
+                    .is_none_or(|i| i.trim().is_empty())
+                {
+                    causes.push(Cause::required(format!("{at}.image")));
+                }
+                container(c, &at, &volumes, causes);
+            }
+        }
+    }
+    super::one_of(
+        spec.get("restartPolicy"),
+        format!("{path}.restartPolicy"),
+        &["Always", "OnFailure", "Never"],
+        causes,
+    );
+}
+
 /// The spec's volumes (at `path`.volumes); the names of those declared.
-pub fn volumes(spec: &Value, path: &str, causes: &mut Vec<Cause>) -> HashSet<String> {
+fn volumes(spec: &Value, path: &str, causes: &mut Vec<Cause>) -> HashSet<String> {
     let mut names = HashSet::new();
     let list = spec.get("volumes").and_then(Value::as_array);
     for (i, volume) in list.into_iter().flatten().enumerate() {
@@ -43,7 +83,7 @@ pub fn volumes(spec: &Value, path: &str, causes: &mut Vec<Cause>) -> HashSet<Str
 
 /// The `name` of a volume or container (at `at`): present, a DNS label,
 /// not among `names` seen before.
-pub fn unique_name(object: &Value, at: &str, names: &mut HashSet<String>, causes: &mut Vec<Cause>) {
+fn unique_name(object: &Value, at: &str, names: &mut HashSet<String>, causes: &mut Vec<Cause>) {
     match object.get("name").and_then(Value::as_str) {
         None | Some("") => causes.push(Cause::required(format!("{at}.name"))),
         Some(name) => {
@@ -75,7 +115,7 @@ fn exactly_one(set: &[&str], at: &str, what: &str, causes: &mut Vec<Cause>) {
 }
 
 /// One container (at `at`) of a spec whose volumes are `volumes`.
-pub fn container(container: &Value, at: &str, volumes: &HashSet<String>, causes: &mut Vec<Cause>) {
+fn container(container: &Value, at: &str, volumes: &HashSet<String>, causes: &mut Vec<Cause>) {
     mounts(container, at, volumes, causes);
     ports(container, at, causes);
     env(container, at, causes);

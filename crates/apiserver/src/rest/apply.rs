@@ -6,14 +6,12 @@
 
 use bytes::Bytes;
 use rudder_api::Status;
-use rudder_api::managed::{self, Ignore, LAST_APPLIED, Scope};
-use rudder_api::object::{self, Part};
+use rudder_api::managed::{self, LAST_APPLIED, Scope};
+use rudder_api::object::Part;
 use rudder_api::status::Cause;
-use rudder_api::structure::Types;
 use serde_json::{Value, json};
 
 use super::Context;
-use super::objects::now;
 use super::write::{check_fields, create_object, update_checked};
 use crate::response::{ApiError, ApiResult};
 
@@ -69,41 +67,7 @@ pub fn field_manager(ctx: &Context, options_kind: &str) -> Result<String, Status
 
 /// What managed fields need for a write of `part` of the resource.
 pub fn scope<'a>(ctx: &'a Context, part: Part, api_version: &'a str, now: &'a str) -> Scope<'a> {
-    let (types, root) = match &ctx.def().custom {
-        Some(custom) => (&custom.types, custom.root.clone()),
-        None => {
-            let types = Types::builtin().as_ref();
-            (types, types.root(&ctx.def().schema_name))
-        }
-    };
-    let (subresource, ignore) = match part {
-        Part::Main | Part::Binding if object::has_status_subresource(ctx.def()) => {
-            ("", Ignore::Status)
-        }
-        Part::Main | Part::Binding => ("", Ignore::Nothing),
-        Part::Status => ("status", Ignore::AllButStatus),
-    };
-    Scope {
-        types,
-        root,
-        api_version,
-        subresource,
-        ignore,
-        now,
-    }
-}
-
-/// Records a create or update of `old` into `new` in its managed fields.
-pub fn record_update(
-    ctx: &Context,
-    part: Part,
-    old: Option<&Value>,
-    new: &mut Value,
-) -> Result<(), Status> {
-    let manager = field_manager(ctx, "UpdateOptions")?;
-    let (api_version, now) = (ctx.def().api_version(), now());
-    managed::update(&scope(ctx, part, &api_version, &now), old, new, &manager);
-    Ok(())
+    crate::storage::scope(ctx.def(), part, api_version, now)
 }
 
 /// Whether this request is a server-side apply.
@@ -280,7 +244,7 @@ pub async fn serve(ctx: &Context, body: Bytes, part: Part) -> ApiResult {
         config,
     } = ApplyRequest::read(ctx, &body)?;
     check_config(ctx, &config)?;
-    let (api_version, now) = (ctx.def().api_version(), now());
+    let (api_version, now) = (ctx.def().api_version(), ctx.state.clock.now_rfc3339());
     let scope = scope(ctx, part, &api_version, &now);
 
     let updated = update_checked(ctx, part, |old| {

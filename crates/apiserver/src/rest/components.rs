@@ -42,9 +42,19 @@ pub async fn serve(ctx: &Context, verb: Verb) -> ApiResult {
     }
     let include = Include::parse(&ctx.params)?;
     Ok(match (output, verb) {
-        (Output::Table, _) => table_response(&table(def, &items, json!({}), include, true)),
+        (Output::Table, _) => table_response(&table(
+            def,
+            &items,
+            json!({}),
+            include,
+            true,
+            ctx.state.clock.now_seconds(),
+        )),
+        (Output::Metadata, Verb::Get) => {
+            json_response(StatusCode::OK, &super::read::partial_metadata(&items[0]))
+        }
         (Output::Json, Verb::Get) => json_response(StatusCode::OK, &items[0]),
-        (Output::Json, _) => json_response(
+        (Output::Json | Output::Metadata, _) => json_response(
             StatusCode::OK,
             &json!({"kind": def.list_kind, "apiVersion": def.api_version(), "metadata": {}, "items": items}),
         ),

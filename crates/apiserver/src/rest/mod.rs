@@ -17,13 +17,12 @@ use axum::extract::{Request, State as AxumState};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use rudder_api::Status;
+use rudder_api::strategy::Rest;
 
 use crate::auth::{self, User};
 use crate::path::{self, ResourcePath};
 use crate::response::{ApiError, ApiResult};
 use crate::state::State;
-
-pub use objects::{Keep, bootstrap_namespaces, encode, ensure, now, set_resource_version, uid};
 
 /// Bodies larger than this are refused with 413, as upstream's 3 MiB limit.
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -264,8 +263,12 @@ async fn serve(
         headers,
         user,
     };
-    if ctx.def().group.is_empty() && ctx.def().kind == "ComponentStatus" {
-        return components::serve(&ctx, verb).await;
+    match ctx.def().strategy.rest {
+        Rest::ComponentStatus => return components::serve(&ctx, verb).await,
+        Rest::Binding if verb == Verb::Create => {
+            return subresource::bind_legacy(&ctx, read_body(body).await?).await;
+        }
+        _ => {}
     }
     match (verb, ctx.resource.subresource.as_deref()) {
         (Verb::List, _) => read::list(&ctx).await,

@@ -1,116 +1,12 @@
-//! Objects in and out of the store: keys, JSON encoding, `resourceVersion`
-//! (the store's `mod_revision`, never stored inside the object), and the
-//! namespace checks every namespaced write makes.
+//! What a request addresses and asks, read off its path and query for the
+//! storage layer: the resource, namespace and name, the write options
+//! (field manager, `dryRun`), the selectors and list options.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use bytes::Bytes;
 use rudder_api::{ResourceDef, Status};
-use rudder_store::KeyValue;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::Context;
-use crate::response::store_error;
-use crate::state::State;
-
-/// The current time, RFC 3339.
-pub fn now() -> String {
-    rudder_api::time::format_rfc3339(now_seconds())
-}
-
-pub fn now_seconds() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-/// A fresh object UID.
-pub fn uid() -> String {
-    uuid::Uuid::new_v4().to_string()
-}
-
-/// Five characters for `generateName`, from upstream's alphabet.
-pub fn name_suffix() -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
-/// The object stored in `kv`, with its `resourceVersion`.
-pub fn decode(kv: &KeyValue) -> Result<Value, Status> {
-    let mut object: Value = serde_json::from_slice(&kv.value).map_err(|e| {
-        Status::internal(format!(
-            "stored object {:?} is not JSON: {e}",
-            String::from_utf8_lossy(&kv.key)
-        ))
-    })?;
-    set_resource_version(&mut object, kv.mod_revision);
-    Ok(object)
-}
-
-pub fn set_resource_version(object: &mut Value, revision: u64) {
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert("resourceVersion".into(), json!(revision.to_string()));
-    }
-}
-
-/// An object as `def`'s version serves it: converted from its stored
-/// version when that differs (autoscaling/v1, events.k8s.io/v1).
-pub fn served(def: &ResourceDef, mut object: Value) -> Value {
-    if let Some(custom) = &def.custom {
-        // Conversion `None`: only the apiVersion differs between versions.
-        if custom.storage_api_version != def.api_version() {
-            object["apiVersion"] = json!(def.api_version());
-        }
-        return object;
-    }
-    match def.conversion {
-        Some(conversion) => (conversion.from_storage)(object),
-        None => object,
-    }
-}
-
-/// The bytes to store for an object of `def`'s version.
-pub fn stored(def: &ResourceDef, object: &Value) -> Bytes {
-    if let Some(custom) = &def.custom
-        && custom.storage_api_version != def.api_version()
-    {
-        let mut object = object.clone();
-        object["apiVersion"] = json!(custom.storage_api_version);
-        return encode(&object);
-    }
-    match def.conversion {
-        Some(conversion) => encode(&(conversion.to_storage)(object.clone())),
-        None => encode(object),
-    }
-}
-
-/// The bytes to store for `object` (without its `resourceVersion`).
-pub fn encode(object: &Value) -> Bytes {
-    let mut object = object.clone();
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
-    }
-    Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
-}
-
-/// The `resourceVersion` an object carries, if any.
-pub fn resource_version(object: &Value) -> Result<Option<u64>, Status> {
-    match object
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-    {
-        None | Some("") => Ok(None),
-        Some(rv) => rv
-            .parse()
-            .map(Some)
-            .map_err(|_| Status::bad_request(format!("invalid resourceVersion {rv:?}"))),
-    }
-}
+use crate::storage::{ListRequest, Selectors, WriteOptions};
 
 impl Context {
     pub fn def(&self) -> &ResourceDef {
@@ -125,12 +21,8 @@ impl Context {
         self.resource.namespace.as_deref()
     }
 
-    /// The store key of the named object.
-    pub fn key(&self) -> String {
-        self.def().key(self.namespace(), self.name())
-    }
-
-    /// The store key prefix of the collection addressed.
+    /// The store key prefix of the collection addressed (for the watch
+    /// cache, which holds every object of the resource).
     pub fn prefix(&self) -> String {
         match self.namespace() {
             Some(ns) => format!("{}{ns}/", self.def().key_prefix()),
@@ -138,144 +30,49 @@ impl Context {
         }
     }
 
-    /// The named object and its revision.
+    /// The named object, as stored, and its revision.
     pub async fn current(&self) -> Result<(Value, u64), Status> {
-        let kv = self
+        let stored = self
             .state
-            .store
-            .get(self.key().as_bytes(), None)
-            .await
-            .map_err(|e| store_error(e, self.def(), self.name()))?;
-        Ok((served(self.def(), decode(&kv)?), kv.mod_revision))
+            .storage()
+            .get(self.def(), self.namespace(), self.name())
+            .await?;
+        Ok((stored.object, stored.revision))
     }
 
-    /// Refuses writes into a namespace that does not exist or is being
-    /// deleted (upstream's NamespaceLifecycle admission).
-    pub async fn check_namespace(&self, creating: bool) -> Result<(), Status> {
-        let Some(ns) = self.namespace() else {
-            return Ok(());
-        };
-        let namespaces = self.state.registry().get("", "v1", "namespaces").cloned();
-        let Some(def) = namespaces else { return Ok(()) };
-        match self
-            .state
-            .store
-            .get(def.key(None, ns).as_bytes(), None)
-            .await
-        {
-            Ok(kv) => {
-                let object = decode(&kv)?;
-                if creating
-                    && object
-                        .pointer("/metadata/deletionTimestamp")
-                        .is_some_and(|v| !v.is_null())
-                {
-                    return Err(Status::forbidden(format!(
-                        "unable to create new content in namespace {ns} because it is being terminated"
-                    )));
-                }
-                Ok(())
-            }
-            Err(rudder_store::Error::NotFound) => Err(Status::not_found(def.target(), ns)),
-            Err(e) => Err(store_error(e, &def, ns)),
-        }
+    /// How this request writes: `dryRun`, and — when the write records
+    /// managed fields itself (`record`) — the request's field manager.
+    pub fn write_options(&self, record: bool) -> Result<WriteOptions, Status> {
+        Ok(WriteOptions {
+            manager: if record {
+                Some(super::apply::field_manager(self, "UpdateOptions")?)
+            } else {
+                None
+            },
+            dry_run: self.params.dry_run()?,
+        })
     }
-}
 
-/// The namespaces that exist from the first start.
-pub const SYSTEM_NAMESPACES: &[&str] =
-    &["default", "kube-system", "kube-public", "kube-node-lease"];
-
-/// Creates the system namespaces if absent.
-pub async fn bootstrap_namespaces(state: &State) -> anyhow::Result<()> {
-    for name in SYSTEM_NAMESPACES {
-        let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-        ensure(
-            state,
-            ("", "v1", "namespaces"),
-            None,
-            object,
-            Keep::Existing,
+    /// The request's `labelSelector` and `fieldSelector`.
+    pub fn selectors(&self) -> Result<Selectors, Status> {
+        Selectors::parse(
+            self.def(),
+            self.params.get("labelSelector").unwrap_or(""),
+            self.params.get("fieldSelector").unwrap_or(""),
         )
-        .await?;
     }
-    Ok(())
-}
 
-/// What [`ensure`] does with an object that is already there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keep {
-    /// Leave it as it is (users may have changed it).
-    Existing,
-    /// Make its content (all but metadata) the server's again.
-    Content,
-}
-
-/// Writes an object the server maintains (a system namespace, the
-/// `kubernetes` Service and its endpoints) through the same create and
-/// update preparation as a client's request: created if absent, its content
-/// put back if `keep` says so.
-pub async fn ensure(
-    state: &State,
-    (group, version, resource): (&str, &str, &str),
-    namespace: Option<&str>,
-    mut object: Value,
-    keep: Keep,
-) -> anyhow::Result<Value> {
-    let def = state
-        .registry()
-        .get(group, version, resource)
-        .cloned()
-        .ok_or_else(|| anyhow::anyhow!("no {resource} resource"))?;
-    let name = object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let key = def.key(namespace, &name);
-    let failed =
-        |what: &str, e: &dyn std::fmt::Display| anyhow::anyhow!("{what} {resource} {name}: {e}");
-    match state.store.get(key.as_bytes(), None).await {
-        Ok(kv) => {
-            let old = decode(&kv).map_err(|e| failed("read", &e))?;
-            let mut new = old.clone();
-            if keep == Keep::Content {
-                for (field, value) in object.as_object().into_iter().flatten() {
-                    if field != "metadata" {
-                        new[field.as_str()] = value.clone();
-                    }
-                }
-            }
-            if new == old {
-                return Ok(old);
-            }
-            rudder_api::object::prepare_update(
-                &def,
-                &mut new,
-                &old,
-                rudder_api::object::Part::Main,
-            )
-            .map_err(|e| failed("update", &e))?;
-            state
-                .store
-                .update(key.as_bytes(), encode(&new), kv.mod_revision)
-                .await
-                .map_err(|e| failed("update", &e))?;
-            Ok(new)
-        }
-        Err(rudder_store::Error::NotFound) => {
-            let stamp = rudder_api::object::Stamp {
-                now: &now(),
-                uid: &uid(),
-                suffix: "",
-            };
-            rudder_api::object::prepare_create(&def, &mut object, namespace, &stamp)
-                .map_err(|e| failed("create", &e))?;
-            match state.store.create(key.as_bytes(), encode(&object)).await {
-                Ok(_) | Err(rudder_store::Error::AlreadyExists) => Ok(object),
-                Err(e) => Err(failed("create", &e)),
-            }
-        }
-        Err(e) => Err(failed("read", &e)),
+    /// The request's list options.
+    pub fn list_request(&self) -> Result<ListRequest, Status> {
+        Ok(ListRequest {
+            limit: self
+                .params
+                .number("limit")?
+                .filter(|l| *l > 0)
+                .map(|l| l as usize),
+            continue_token: self.params.get("continue").map(str::to_string),
+            resource_version: self.params.get("resourceVersion").map(str::to_string),
+            resource_version_match: self.params.get("resourceVersionMatch").map(str::to_string),
+        })
     }
 }

@@ -15,6 +15,7 @@ use super::write::{
 };
 use super::{Context, Verb, apply};
 use crate::response::{ApiResult, json_response};
+use crate::storage::{ListRequest, Selectors, WriteOptions};
 
 pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) -> ApiResult {
     match (subresource, verb) {
@@ -112,7 +113,7 @@ async fn apply_scale(ctx: &Context, body: &Bytes) -> ApiResult {
     if let Some(replicas) = config.pointer("/spec/replicas") {
         crd::set_path(&mut parent, replicas_path(def), replicas.clone());
     }
-    let now = super::objects::now();
+    let now = ctx.state.clock.now_rfc3339();
     let mut scope = apply::scope(ctx, Part::Main, &api_version, &now);
     scope.subresource = "scale";
     let object = update_object(ctx, Part::Main, |old| {
@@ -214,6 +215,36 @@ where
 
 /// `pods/binding`: assigns an unscheduled pod to a node.
 async fn bind(ctx: &Context, binding: Value) -> ApiResult {
+    bind_pod(ctx, ctx.name(), &binding).await
+}
+
+/// The legacy `POST namespaces/<ns>/bindings`: binds the pod the Binding
+/// names, exactly as `pods/<name>/binding`.
+pub async fn bind_legacy(ctx: &Context, body: Bytes) -> ApiResult {
+    let binding = object_body(ctx, &body)?;
+    let name = binding
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty() {
+        return Err(Status::invalid(
+            ctx.def().target(),
+            "",
+            vec![rudder_api::Cause::required("metadata.name")],
+        )
+        .into());
+    }
+    bind_pod(ctx, &name, &binding).await
+}
+
+async fn bind_pod(ctx: &Context, pod: &str, binding: &Value) -> ApiResult {
+    let pods = ctx
+        .state
+        .registry()
+        .get("", "v1", "pods")
+        .cloned()
+        .ok_or_else(|| Status::internal("no pods resource"))?;
     let node = binding
         .pointer("/target/name")
         .and_then(Value::as_str)
@@ -221,42 +252,45 @@ async fn bind(ctx: &Context, binding: Value) -> ApiResult {
         .to_string();
     if node.is_empty() {
         return Err(Status::invalid(
-            ctx.def().target(),
-            ctx.name(),
+            pods.target(),
+            pod,
             vec![rudder_api::Cause::required("target.name")],
         )
         .into());
     }
-    update_object(ctx, Part::Binding, |old| {
-        let current = old
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if !current.is_empty() {
-            return Err(Status::conflict(
-                ctx.def().target(),
-                ctx.name(),
-                &format!("pod {} is already assigned to node {current:?}", ctx.name()),
-            ));
-        }
-        if old
-            .pointer("/metadata/deletionTimestamp")
-            .is_some_and(|v| !v.is_null())
-        {
-            return Err(Status::conflict(
-                ctx.def().target(),
-                ctx.name(),
-                "pod is being deleted, cannot be assigned to a host",
-            ));
-        }
-        let mut new = old.clone();
-        new["spec"]["nodeName"] = json!(node);
-        if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("resourceVersion");
-        }
-        Ok(new)
-    })
-    .await?;
+    let write = ctx.write_options(false)?;
+    ctx.state
+        .storage()
+        .update(&pods, ctx.namespace(), pod, Part::Binding, &write, |old| {
+            let current = old
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if !current.is_empty() {
+                return Err(Status::conflict(
+                    pods.target(),
+                    pod,
+                    &format!("pod {pod} is already assigned to node {current:?}"),
+                ));
+            }
+            if old
+                .pointer("/metadata/deletionTimestamp")
+                .is_some_and(|v| !v.is_null())
+            {
+                return Err(Status::conflict(
+                    pods.target(),
+                    pod,
+                    "pod is being deleted, cannot be assigned to a host",
+                ));
+            }
+            let mut new = old.clone();
+            new["spec"]["nodeName"] = json!(node);
+            if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("resourceVersion");
+            }
+            Ok(new)
+        })
+        .await?;
     Ok(json_response(
         StatusCode::CREATED,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -279,7 +313,6 @@ fn too_many(message: String, cause: Option<String>) -> Status {
 /// REST does; the budget's `disruptionsAllowed` is spent by
 /// compare-and-swap before the pod goes.
 async fn evict(ctx: &Context, eviction: Value) -> ApiResult {
-    use super::objects::{decode, encode, now};
     let (pod, _) = ctx.current().await?;
     let phase = pod
         .pointer("/status/phase")
@@ -287,6 +320,7 @@ async fn evict(ctx: &Context, eviction: Value) -> ApiResult {
         .unwrap_or_default();
     let terminal = matches!(phase, "Succeeded" | "Failed");
     let state = &ctx.state;
+    let storage = state.storage();
     let pdbs = state
         .registry()
         .get("policy", "v1", "poddisruptionbudgets")
@@ -294,29 +328,31 @@ async fn evict(ctx: &Context, eviction: Value) -> ApiResult {
         .ok_or_else(|| Status::internal("no poddisruptionbudgets"))?;
     let namespace = ctx.namespace().unwrap_or_default().to_string();
     let labels = pod.pointer("/metadata/labels");
+    let dry_run = ctx.params.dry_run()?;
     for _ in 0..8 {
         let mut covering = Vec::new();
         if !terminal {
-            let prefix = format!("{}{namespace}/", pdbs.key_prefix());
-            let page = state
-                .store
-                .list(prefix.as_bytes(), Default::default())
-                .await
-                .map_err(|e| crate::response::store_error(e, &pdbs, ""))?;
-            for kv in &page.kvs {
-                let pdb = decode(kv)?;
+            let listed = storage
+                .list(
+                    &pdbs,
+                    Some(&namespace),
+                    &Selectors::default(),
+                    &ListRequest::default(),
+                )
+                .await?;
+            for pdb in listed.items {
                 let selects = pdb
                     .pointer("/spec/selector")
                     .is_some_and(|s| rudder_api::defaults::label_selector_matches(s, labels));
                 if selects {
-                    covering.push((pdb, kv.mod_revision));
+                    covering.push(pdb);
                 }
             }
         }
         if covering.len() > 1 {
             return Err(Status::internal("This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.").into());
         }
-        if let Some((mut pdb, revision)) = covering.pop() {
+        if let Some(mut pdb) = covering.pop() {
             let name = pdb
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
@@ -358,17 +394,23 @@ async fn evict(ctx: &Context, eviction: Value) -> ApiResult {
                 )
                 .into());
             }
+            // Spend one disruption, compare-and-swap on the budget read
+            // (its resourceVersion pins the write).
             pdb["status"]["disruptionsAllowed"] = json!(allowed - 1);
-            pdb["status"]["disruptedPods"][ctx.name()] = json!(now());
-            let key = pdbs.key(Some(&namespace), &name);
-            match state
-                .store
-                .update(key.as_bytes(), encode(&pdb), revision)
+            pdb["status"]["disruptedPods"][ctx.name()] = json!(state.clock.now_rfc3339());
+            let write = WriteOptions {
+                dry_run,
+                ..WriteOptions::server()
+            };
+            match storage
+                .update(&pdbs, Some(&namespace), &name, Part::Status, &write, |_| {
+                    Ok(pdb.clone())
+                })
                 .await
             {
                 Ok(_) => {}
-                Err(rudder_store::Error::Conflict { .. }) => continue,
-                Err(e) => return Err(crate::response::store_error(e, &pdbs, &name).into()),
+                Err(status) if status.code == 409 => continue,
+                Err(status) => return Err(status.into()),
             }
         }
         let options = eviction.get("deleteOptions").filter(|o| !o.is_null());

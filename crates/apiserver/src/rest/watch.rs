@@ -20,11 +20,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::Context;
-use super::objects::{decode, served, set_resource_version};
-use super::read::{Include, Selectors, table};
+use super::read::{Include, table};
 use crate::cache::{Cached, CachedEvent, Subscription};
 use crate::negotiate::{self, Output};
 use crate::response::{ApiResult, store_error};
+use crate::storage::{Selectors, decode, served, set_resource_version};
 use tokio::sync::broadcast;
 
 /// How often a quiet watch asks the store how far it has got, for bookmarks.
@@ -37,12 +37,15 @@ struct Render {
     include: Include,
     /// Table events carry column definitions only on the first.
     columns_sent: bool,
+    /// For Table rows' ages.
+    clock: std::sync::Arc<dyn rudder_api::time::Clock>,
 }
 
 impl Render {
     fn line(&mut self, kind: &str, object: Value) -> Bytes {
         let object = match self.output {
             Output::Json => object,
+            Output::Metadata => super::read::partial_metadata(&object),
             Output::Table => {
                 let rv = object
                     .pointer("/metadata/resourceVersion")
@@ -56,6 +59,7 @@ impl Render {
                     json!({"resourceVersion": rv}),
                     self.include,
                     with_columns,
+                    self.clock.now_seconds(),
                 )
             }
         };
@@ -70,7 +74,7 @@ impl Render {
     /// A line for a cached object: its serialization is reused as is.
     fn cached_line(&mut self, kind: &str, object: &Cached) -> Bytes {
         match self.output {
-            Output::Table => self.line(kind, object.value()),
+            Output::Table | Output::Metadata => self.line(kind, object.value()),
             Output::Json => {
                 let mut line = Vec::with_capacity(object.json.len() + 32);
                 line.extend_from_slice(b"{\"type\":\"");
@@ -160,7 +164,7 @@ fn translate(
 
 pub async fn watch(ctx: Context) -> ApiResult {
     let output = negotiate::output(&ctx.headers)?;
-    let selectors = Selectors::parse(&ctx)?;
+    let selectors = ctx.selectors()?;
     let include = Include::parse(&ctx.params)?;
     let name = ctx
         .resource
@@ -187,6 +191,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
         output,
         include,
         columns_sent: false,
+        clock: ctx.state.clock.clone(),
     };
     let shutdown = ctx.state.shutdown.clone();
 
@@ -205,7 +210,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
     {
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
         let convert = def.converts().then(|| {
-            let fields = rudder_api::selector::supported_fields(&def.group, &def.kind);
+            let fields = rudder_api::selector::fields_of(&def);
             (def.clone(), fields)
         });
         let follow = Follow {
@@ -254,6 +259,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
         output,
         include,
         columns_sent: false,
+        clock: ctx.state.clock.clone(),
     };
     let shutdown = ctx.state.shutdown.clone();
     tokio::spawn(async move {
@@ -333,7 +339,7 @@ fn stream_response(
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     let mut response = (StatusCode::OK, body).into_response();
     let content_type = match output {
-        Output::Json => "application/json",
+        Output::Json | Output::Metadata => "application/json",
         Output::Table => "application/json;as=Table;v=v1;g=meta.k8s.io",
     };
     response

@@ -1,30 +1,20 @@
-//! create, update, patch, delete and deletecollection. Every update goes
-//! through one compare-and-swap loop on the store's `mod_revision`.
+//! create, update, patch, delete and deletecollection: each request
+//! decoded (body, media type, `fieldValidation`, `DeleteOptions`) into a
+//! call of the storage layer, and its answer encoded as upstream's.
 
 use axum::http::StatusCode;
 use bytes::Bytes;
-use rudder_api::object::{self, FieldValidation, Part, Stamp};
+use rudder_api::Status;
+use rudder_api::object::{self, FieldValidation, Part};
 use rudder_api::patch::{self, PatchType};
+use rudder_api::strategy::Propagation;
 use rudder_api::structure::{Shape, Types};
-use rudder_api::{ResourceDef, Status};
 use serde_json::{Value, json};
 
-use super::objects::{
-    decode, name_suffix, now, now_seconds, resource_version, served, set_resource_version, stored,
-    uid,
-};
-use super::read::{Selectors, list_objects};
 use super::{Context, apply};
 use crate::negotiate::content_type;
-use crate::response::{ApiResult, json_response, store_error, with_warnings};
-use crate::services;
-
-/// How many times an update retries a conflict it may resolve itself.
-const MAX_RETRIES: usize = 8;
-
-fn is_service(def: &ResourceDef) -> bool {
-    def.group.is_empty() && def.kind == "Service"
-}
+use crate::response::{ApiResult, json_response, with_warnings};
+use crate::storage::{DeleteOptions, Deleted};
 
 pub fn parse_json(body: &Bytes) -> Result<Value, Status> {
     serde_json::from_slice(body)
@@ -93,14 +83,6 @@ pub fn check_fields_with(
     Ok(problems)
 }
 
-fn name_of(object: &Value) -> String {
-    object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
-
 pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
     let (mut object, duplicates) = object_body_checked(ctx, &body)?;
     object::check_type(ctx.def(), &mut object)?;
@@ -110,73 +92,40 @@ pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
 
 /// Creates `object` (a request's, or what an apply made of nothing),
 /// answering 201 with `warnings`.
-pub async fn create_object(ctx: &Context, mut object: Value, warnings: Vec<String>) -> ApiResult {
-    ctx.check_namespace(true).await?;
-    let (now, uid, suffix) = (now(), uid(), name_suffix());
-    object::prepare_create(
-        ctx.def(),
-        &mut object,
-        ctx.namespace(),
-        &Stamp {
-            now: &now,
-            uid: &uid,
-            suffix: &suffix,
-        },
-    )?;
-    if !apply::is_apply(ctx) {
-        apply::record_update(ctx, Part::Main, None, &mut object)?;
-    }
-    let name = name_of(&object);
-    if !ctx.params.dry_run()? {
-        let allocation = if is_service(ctx.def()) {
-            Some(services::allocate(&ctx.state, ctx.def(), &mut object).await?)
-        } else {
-            None
-        };
-        let key = ctx.def().key(ctx.namespace(), &name);
-        match ctx
-            .state
-            .store
-            .create(key.as_bytes(), stored(ctx.def(), &object))
-            .await
-        {
-            Ok(kv) => set_resource_version(&mut object, kv.mod_revision),
-            Err(e) => {
-                if let Some(allocation) = &allocation {
-                    services::release(&ctx.state, allocation).await;
-                }
-                return Err(store_error(e, ctx.def(), &name).into());
-            }
-        }
-    }
+pub async fn create_object(ctx: &Context, object: Value, warnings: Vec<String>) -> ApiResult {
+    let options = ctx.write_options(!apply::is_apply(ctx))?;
+    let created = ctx
+        .state
+        .storage()
+        .create(ctx.def(), ctx.namespace(), object, &options)
+        .await?;
     Ok(with_warnings(
-        json_response(StatusCode::CREATED, &object),
+        json_response(StatusCode::CREATED, &created),
         &warnings,
     ))
 }
 
-/// The outcome of one update attempt.
-enum Attempt {
-    /// The object as written (or as it was, when nothing changed).
-    Done(Value),
-    Retry,
-}
-
-/// Reads the object, computes its new form with `change`, and writes it if
-/// it changed — retrying on a concurrent write unless the request pinned a
-/// `resourceVersion`. `part` says what the request may write. Returns the
-/// object as stored.
+/// Updates the addressed object with `change` through the storage layer;
+/// `part` says what the request may write. Managed fields are recorded for
+/// the request's manager unless it is an apply (which records its own) or
+/// a binding (which leaves them, as upstream's binding storage).
 pub async fn update_object<F>(ctx: &Context, part: Part, change: F) -> Result<Value, Status>
 where
     F: Fn(&Value) -> Result<Value, Status>,
 {
-    for _ in 0..MAX_RETRIES {
-        match update_once(ctx, part, &change).await? {
-            Attempt::Done(object) => return Ok(object),
-            Attempt::Retry => continue,
-        }
-    }
-    Err(Status::modified(ctx.def().target(), ctx.name()))
+    let record = !apply::is_apply(ctx) && part != Part::Binding;
+    let options = ctx.write_options(record)?;
+    ctx.state
+        .storage()
+        .update(
+            ctx.def(),
+            ctx.namespace(),
+            ctx.name(),
+            part,
+            &options,
+            change,
+        )
+        .await
 }
 
 /// [`update_object`], answered with the object and `warnings`.
@@ -194,84 +143,6 @@ where
         json_response(StatusCode::OK, &object),
         &warnings,
     ))
-}
-
-async fn update_once<F>(ctx: &Context, part: Part, change: &F) -> Result<Attempt, Status>
-where
-    F: Fn(&Value) -> Result<Value, Status>,
-{
-    let def = ctx.def();
-    let (old, revision) = ctx.current().await?;
-    let mut new = change(&old)?;
-    let pinned = resource_version(&new)?;
-    if let Some(pinned) = pinned
-        && pinned != revision
-    {
-        return Err(Status::modified(def.target(), ctx.name()));
-    }
-    if is_service(def) {
-        services::keep_on_update(def, &mut new, &old)?;
-    }
-    object::prepare_update(def, &mut new, &old, part)?;
-    // A binding leaves the Pod's managed fields as they are, as upstream's
-    // binding storage writes the Pod directly.
-    if !apply::is_apply(ctx) && part != Part::Binding {
-        apply::record_update(ctx, part, Some(&old), &mut new)?;
-    }
-    set_resource_version(&mut new, revision);
-    if new == old {
-        return Ok(Attempt::Done(old));
-    }
-    if ctx.params.dry_run()? {
-        return Ok(Attempt::Done(new));
-    }
-    let store = &ctx.state.store;
-    let key = ctx.key();
-    let finalized = is_terminating(&new) && finalizers(&new).is_empty();
-    let added = if is_service(def) && !finalized {
-        services::allocate_on_update(&ctx.state, def, &mut new, &old).await?
-    } else {
-        services::Allocation::default()
-    };
-    let result = if finalized {
-        store
-            .delete(key.as_bytes(), Some(revision))
-            .await
-            .map(|d| d.revision)
-    } else {
-        store
-            .update(key.as_bytes(), stored(def, &new), revision)
-            .await
-            .map(|kv| kv.mod_revision)
-    };
-    if result.is_err() {
-        services::release(&ctx.state, &added).await;
-    } else if is_service(def) {
-        // Free what the old object held and the new one does not.
-        let before = services::held_by(&old);
-        let after = if finalized {
-            services::Allocation::default()
-        } else {
-            services::held_by(&new)
-        };
-        let freed = services::Allocation {
-            ip: before.ip.filter(|ip| after.ip != Some(*ip)),
-            node_ports: before
-                .node_ports
-                .into_iter()
-                .filter(|p| !after.node_ports.contains(p))
-                .collect(),
-        };
-        services::release(&ctx.state, &freed).await;
-    }
-    match result {
-        Ok(written) => {
-            set_resource_version(&mut new, written);
-            Ok(Attempt::Done(new))
-        }
-        Err(rudder_store::Error::Conflict { .. }) if pinned.is_none() => Ok(Attempt::Retry),
-        Err(e) => Err(store_error(e, def, ctx.name())),
-    }
 }
 
 pub async fn update(ctx: &Context, body: Bytes) -> ApiResult {
@@ -364,222 +235,85 @@ pub async fn patch(ctx: &Context, body: Bytes) -> ApiResult {
     patch_part(ctx, body, Part::Main).await
 }
 
-fn is_terminating(object: &Value) -> bool {
-    object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
+/// `DeleteOptions` from the body (if any) and the query.
+fn delete_options(ctx: &Context, body: Option<&Value>) -> Result<DeleteOptions, Status> {
+    DeleteOptions::parse(
+        body,
+        ctx.params.number("gracePeriodSeconds")?,
+        ctx.params.get("propagationPolicy"),
+    )
 }
 
-fn finalizers(object: &Value) -> Vec<Value> {
-    object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// `DeleteOptions` from the body and the query.
-#[derive(Debug, Default)]
-struct DeleteOptions {
-    grace_period: Option<i64>,
-    uid: Option<String>,
-    resource_version: Option<u64>,
-}
-
-fn delete_options(ctx: &Context, body: &Bytes) -> Result<DeleteOptions, Status> {
-    let value = if body.is_empty() {
-        None
+fn parse_delete_body(ctx: &Context, body: &Bytes) -> Result<Option<Value>, Status> {
+    if body.is_empty() {
+        Ok(None)
     } else {
-        Some(object_body(ctx, body)?)
-    };
-    parsed_delete_options(ctx, value.as_ref())
-}
-
-/// `DeleteOptions` from an already parsed body and the query.
-fn parsed_delete_options(ctx: &Context, value: Option<&Value>) -> Result<DeleteOptions, Status> {
-    let mut options = DeleteOptions::default();
-    if let Some(value) = value {
-        options.grace_period = value.get("gracePeriodSeconds").and_then(Value::as_i64);
-        options.uid = value
-            .pointer("/preconditions/uid")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        options.resource_version = match value
-            .pointer("/preconditions/resourceVersion")
-            .and_then(Value::as_str)
-        {
-            Some(rv) => Some(rv.parse().map_err(|_| {
-                Status::bad_request(format!("invalid resourceVersion precondition {rv:?}"))
-            })?),
-            None => None,
-        };
-        if let Some(policy) = value.get("propagationPolicy").and_then(Value::as_str)
-            && !matches!(policy, "Background" | "Foreground" | "Orphan")
-        {
-            return Err(Status::bad_request(format!(
-                "propagationPolicy: Unsupported value: {policy:?}"
-            )));
-        }
+        object_body(ctx, body).map(Some)
     }
-    if let Some(grace) = ctx.params.number("gracePeriodSeconds")? {
-        options.grace_period = Some(grace);
-    }
-    Ok(options)
-}
-
-/// Deletes one object: at once, or — for a pod on a node given a grace
-/// period, or an object with finalizers — by marking it deleted and leaving
-/// the rest to whoever owns that step.
-async fn delete_one(
-    ctx: &Context,
-    def: &ResourceDef,
-    key: &str,
-    name: &str,
-    options: &DeleteOptions,
-) -> Result<(StatusCode, Value), Status> {
-    let store = &ctx.state.store;
-    let dry_run = ctx.params.dry_run()?;
-    for _ in 0..MAX_RETRIES {
-        let kv = store
-            .get(key.as_bytes(), None)
-            .await
-            .map_err(|e| store_error(e, def, name))?;
-        let mut object = served(def, decode(&kv)?);
-        let object_uid = object
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        if let Some(uid) = &options.uid
-            && *uid != object_uid
-        {
-            return Err(Status::conflict(
-                def.target(),
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {object_uid}"
-                ),
-            ));
-        }
-        if let Some(rv) = options.resource_version
-            && rv != kv.mod_revision
-        {
-            return Err(Status::conflict(
-                def.target(),
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    kv.mod_revision
-                ),
-            ));
-        }
-        let on_node = def.group.is_empty()
-            && def.kind == "Pod"
-            && object
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .is_some_and(|n| !n.is_empty());
-        let default_grace = object
-            .pointer("/spec/terminationGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(30);
-        let grace = if on_node {
-            options.grace_period.unwrap_or(default_grace).max(0)
-        } else {
-            0
-        };
-        let pending = !finalizers(&object).is_empty();
-        if grace > 0 || pending {
-            if is_terminating(&object) {
-                let current = object
-                    .pointer("/metadata/deletionGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                if grace >= current || !on_node {
-                    return Ok((StatusCode::OK, object));
-                }
-            }
-            let deadline = rudder_api::time::format_rfc3339(now_seconds() + grace);
-            object["metadata"]["deletionTimestamp"] = json!(deadline);
-            object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-            if dry_run {
-                return Ok((StatusCode::OK, object));
-            }
-            match store
-                .update(key.as_bytes(), stored(def, &object), kv.mod_revision)
-                .await
-            {
-                Ok(written) => {
-                    set_resource_version(&mut object, written.mod_revision);
-                    let code = if pending && grace == 0 {
-                        StatusCode::ACCEPTED
-                    } else {
-                        StatusCode::OK
-                    };
-                    return Ok((code, object));
-                }
-                Err(rudder_store::Error::Conflict { .. }) => continue,
-                Err(e) => return Err(store_error(e, def, name)),
-            }
-        }
-        if dry_run {
-            return Ok((StatusCode::OK, object));
-        }
-        match store.delete(key.as_bytes(), Some(kv.mod_revision)).await {
-            Ok(deleted) => {
-                if is_service(def) {
-                    services::release(&ctx.state, &services::held_by(&object)).await;
-                }
-                set_resource_version(&mut object, deleted.revision);
-                if def.group.is_empty() && def.kind == "Pod" {
-                    return Ok((StatusCode::OK, object));
-                }
-                return Ok((
-                    StatusCode::OK,
-                    rudder_api::status::success_status(def.target(), name, &object_uid),
-                ));
-            }
-            Err(rudder_store::Error::Conflict { .. }) => continue,
-            Err(e) => return Err(store_error(e, def, name)),
-        }
-    }
-    Err(Status::modified(def.target(), name))
 }
 
 pub async fn delete(ctx: &Context, body: Bytes) -> ApiResult {
-    let value = if body.is_empty() {
-        None
-    } else {
-        Some(object_body(ctx, &body)?)
-    };
+    let value = parse_delete_body(ctx, &body)?;
     delete_with(ctx, value.as_ref()).await
 }
 
-/// Deletes the named object with already parsed `DeleteOptions`.
-pub async fn delete_with(ctx: &Context, options: Option<&Value>) -> ApiResult {
-    let options = parsed_delete_options(ctx, options)?;
-    let (code, object) = delete_one(ctx, ctx.def(), &ctx.key(), ctx.name(), &options).await?;
-    Ok(json_response(code, &object))
+/// The warning a Job deleted without a propagation policy gets, as
+/// upstream's job storage words it.
+const JOB_ORPHANS_WARNING: &str = "child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning";
+
+/// Deletes the named object with already parsed `DeleteOptions` (the
+/// body of a DELETE, or of an eviction). Answers as upstream's delete
+/// handler: 200 (202 only for `orphanDependents: false` left pending) with
+/// the object when it stays (a grace period, finalizers) or when its kind
+/// returns deleted objects, else a `Status`.
+pub async fn delete_with(ctx: &Context, body: Option<&Value>) -> ApiResult {
+    let options = delete_options(ctx, body)?;
+    let write = ctx.write_options(false)?;
+    let def = ctx.def();
+    let deleted = ctx
+        .state
+        .storage()
+        .delete(def, ctx.namespace(), ctx.name(), &options, &write)
+        .await?;
+    let code = match (&deleted, options.orphan_dependents) {
+        (Deleted::Pending(_), Some(false)) => StatusCode::ACCEPTED,
+        _ => StatusCode::OK,
+    };
+    let body = match &deleted {
+        Deleted::Pending(object) => object.clone(),
+        Deleted::Gone(object) if def.strategy.returns_deleted => object.clone(),
+        Deleted::Gone(object) => rudder_api::status::success_status(
+            def.target(),
+            ctx.name(),
+            object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        ),
+    };
+    let orphans_by_default = def.strategy.default_propagation == Some(Propagation::Orphan)
+        && def.group == "batch"
+        && options.propagation.is_none()
+        && options.orphan_dependents.is_none();
+    let warnings = if orphans_by_default {
+        vec![JOB_ORPHANS_WARNING.to_string()]
+    } else {
+        Vec::new()
+    };
+    Ok(with_warnings(json_response(code, &body), &warnings))
 }
 
 pub async fn delete_collection(ctx: &Context, body: Bytes) -> ApiResult {
-    let options = delete_options(ctx, &body)?;
-    let selectors = Selectors::parse(ctx)?;
-    let listed = list_objects(ctx, &selectors).await?;
-    let mut deleted = Vec::new();
-    for object in listed.items {
-        let name = name_of(&object);
-        let namespace = object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str);
-        let key = ctx.def().key(namespace, &name);
-        match delete_one(ctx, ctx.def(), &key, &name, &options).await {
-            Ok(_) => deleted.push(object),
-            Err(status) if status.code == 404 => {}
-            Err(status) => return Err(status.into()),
-        }
-    }
+    let value = parse_delete_body(ctx, &body)?;
+    let options = delete_options(ctx, value.as_ref())?;
+    let write = ctx.write_options(false)?;
+    let selectors = ctx.selectors()?;
     let def = ctx.def();
+    let deleted = ctx
+        .state
+        .storage()
+        .delete_collection(def, ctx.namespace(), &selectors, &options, &write)
+        .await?;
     Ok(json_response(
         StatusCode::OK,
         &json!({"kind": def.list_kind, "apiVersion": def.api_version(), "metadata": {}, "items": deleted}),

@@ -46,15 +46,15 @@ pub async fn start(backend: Backend) -> Server {
         Backend::Etcd => rudder_store::testing::etcd().await,
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = rudder_apiserver::Config {
-        data_dir: dir.path().to_path_buf(),
+    let listen = rudder_apiserver::Listen {
         bind: "127.0.0.1:0".parse().expect("address"),
         extra_sans: vec![],
         advertise: None,
     };
+    let options =
+        rudder_apiserver::ServerOptions::new(dir.path(), store.store.clone(), Some(listen));
     let cancel = CancellationToken::new();
-    let store_handle: Arc<dyn Store> = store.store.clone();
-    let task = tokio::spawn(rudder_apiserver::run(config, store_handle, cancel.clone()));
+    let task = tokio::spawn(rudder_apiserver::run(options, cancel.clone()));
     let kubeconfig = dir.path().join("kubeconfig.yaml");
     let client = connect(&kubeconfig).await;
     Server {

@@ -2,12 +2,13 @@ use serde_json::{Value, json};
 
 use crate::Registry;
 
-/// `(field, message)` of each cause the object of `resource` has.
+/// `(field, message)` of each cause the object of `resource` has, as its
+/// strategy validates it.
 fn causes(group: &str, version: &str, resource: &str, object: Value) -> Vec<(String, String)> {
     let registry = Registry::builtin();
     let def = registry.get(group, version, resource).expect("def");
     let mut out = Vec::new();
-    super::causes(def, &object, &mut out);
+    (def.strategy.validate)(&object, &mut out);
     out.into_iter().map(|c| (c.field, c.message)).collect()
 }
 

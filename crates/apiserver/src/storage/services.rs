@@ -1,10 +1,15 @@
-//! Service ClusterIP and NodePort allocation.
+//! Service ClusterIP and NodePort allocation, the Service storage's part of
+//! every write (upstream's `pkg/registry/core/service/storage`).
 //!
 //! Each allocated ClusterIP is an `IPAddress` object (networking.k8s.io/v1)
-//! named by the address, as upstream 1.33 allocates them; each NodePort a key
-//! under `/registry/ranges/servicenodeports/`. Both are created with the
-//! store's create-if-absent, so two Services can never get the same address
-//! or port, however many servers share the store. Releasing deletes them.
+//! named by the address, created through the storage layer as upstream 1.33
+//! allocates them; each NodePort a key under
+//! `/registry/ranges/servicenodeports/`. Both are created if absent, so two
+//! Services can never get the same address or port, however many servers
+//! share the store. Releasing deletes them; a release that fails (or a
+//! server that dies between allocating and writing the Service) leaves a
+//! leak that the [`Repair`] loop finds and frees, as upstream's allocator
+//! repair controllers do.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -14,9 +19,7 @@ use rudder_api::network::{Cidr, NODE_PORTS, SERVICE_CIDR};
 use rudder_api::{Cause, ResourceDef, Status};
 use serde_json::{Value, json};
 
-use crate::response::store_error;
-use crate::rest::{Keep, encode, ensure, now, uid};
-use crate::state::State;
+use super::{Keep, Storage, WriteOptions};
 
 const NODE_PORT_KEYS: &str = "/registry/ranges/servicenodeports/";
 
@@ -46,48 +49,54 @@ fn needs_node_ports(service: &Value) -> bool {
     )
 }
 
-fn ipaddresses(state: &State) -> Result<std::sync::Arc<ResourceDef>, Status> {
-    state
+/// Whether `def`'s writes allocate (Services).
+pub fn allocates(def: &ResourceDef) -> bool {
+    def.strategy.rest == rudder_api::strategy::Rest::Service
+}
+
+fn ipaddresses(storage: &Storage<'_>) -> Result<std::sync::Arc<ResourceDef>, Status> {
+    storage
+        .state
         .registry()
         .get("networking.k8s.io", "v1", "ipaddresses")
         .cloned()
         .ok_or_else(|| Status::internal("no ipaddresses resource"))
 }
 
+/// The label upstream's allocator marks its `IPAddress` objects with.
+const MANAGED_BY: &str = "ipaddress.kubernetes.io/managed-by";
+const IP_ALLOCATOR: &str = "ipallocator.k8s.io";
+
 /// Claims `ip` for the Service `namespace/name`; `false` if it is taken.
 async fn claim_ip(
-    state: &State,
+    storage: &Storage<'_>,
     ip: Ipv4Addr,
     namespace: &str,
     name: &str,
 ) -> Result<bool, Status> {
-    let def = ipaddresses(state)?;
+    let def = ipaddresses(storage)?;
     let object = json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "IPAddress",
         "metadata": {
             "name": ip.to_string(),
-            "uid": uid(),
-            "creationTimestamp": now(),
-            "generation": 1,
-            "labels": {"ipaddress.kubernetes.io/ip-family": "IPv4", "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"},
+            "labels": {"ipaddress.kubernetes.io/ip-family": "IPv4", MANAGED_BY: IP_ALLOCATOR},
         },
         "spec": {"parentRef": {"group": "", "resource": "services", "namespace": namespace, "name": name}},
     });
-    match state
-        .store
-        .create(def.key(None, &ip.to_string()).as_bytes(), encode(&object))
-        .await
-    {
+    // Boxed: creating a Service creates its IPAddress through the same
+    // storage layer.
+    match Box::pin(storage.create(&def, None, object, &WriteOptions::server())).await {
         Ok(_) => Ok(true),
-        Err(rudder_store::Error::AlreadyExists) => Ok(false),
-        Err(e) => Err(store_error(e, &def, &ip.to_string())),
+        Err(status) if status.reason == "AlreadyExists" => Ok(false),
+        Err(status) => Err(status),
     }
 }
 
-async fn claim_port(state: &State, port: u16, owner: &str) -> Result<bool, Status> {
+async fn claim_port(storage: &Storage<'_>, port: u16, owner: &str) -> Result<bool, Status> {
     let key = format!("{NODE_PORT_KEYS}{port}");
-    match state
+    match storage
+        .state
         .store
         .create(key.as_bytes(), Bytes::from(owner.to_string()))
         .await
@@ -123,21 +132,21 @@ fn invalid(def: &ResourceDef, name: &str, field: &str, value: Value, detail: &st
 /// Gives a new Service its ClusterIP and NodePorts (those it asks for, or
 /// free ones), filling in `clusterIPs`, `ipFamilies` and `ipFamilyPolicy`.
 pub async fn allocate(
-    state: &State,
+    storage: &Storage<'_>,
     def: &ResourceDef,
     service: &mut Value,
 ) -> Result<Allocation, Status> {
     let (namespace, name) = identity(service);
     let mut allocation = Allocation::default();
-    let result = allocate_into(state, def, service, &namespace, &name, &mut allocation).await;
+    let result = allocate_into(storage, def, service, &namespace, &name, &mut allocation).await;
     if result.is_err() {
-        release(state, &allocation).await;
+        release(storage, &allocation).await;
     }
     result.map(|()| allocation)
 }
 
 async fn allocate_into(
-    state: &State,
+    storage: &Storage<'_>,
     def: &ResourceDef,
     service: &mut Value,
     namespace: &str,
@@ -177,7 +186,7 @@ async fn allocate_into(
                         ),
                     ));
                 }
-                if !claim_ip(state, ip, namespace, name).await? {
+                if !claim_ip(storage, ip, namespace, name).await? {
                     return Err(invalid(
                         def,
                         name,
@@ -197,7 +206,7 @@ async fn allocate_into(
                     let Some(ip) = range.nth(usable.start + (start + step) % span) else {
                         continue;
                     };
-                    if claim_ip(state, ip, namespace, name).await? {
+                    if claim_ip(storage, ip, namespace, name).await? {
                         found = Some(ip);
                         break;
                     }
@@ -228,12 +237,12 @@ async fn allocate_into(
             spec["internalTrafficPolicy"] = json!("Cluster");
         }
     }
-    allocate_node_ports(state, def, service, &[], allocation).await
+    allocate_node_ports(storage, def, service, &[], allocation).await
 }
 
 /// Claims the node port of a Service port: `requested`, or a free one.
 async fn claim_node_port(
-    state: &State,
+    storage: &Storage<'_>,
     def: &ResourceDef,
     name: &str,
     owner: &str,
@@ -245,7 +254,7 @@ async fn claim_node_port(
             let port = value.as_u64().and_then(|p| u16::try_from(p).ok()).filter(|p| NODE_PORTS.contains(p)).ok_or_else(|| {
                 invalid(def, name, field, value.clone(), &format!("provided port is not in the valid range. The range of valid ports is {}-{}", NODE_PORTS.start(), NODE_PORTS.end()))
             })?;
-            if !claim_port(state, port, owner).await? {
+            if !claim_port(storage, port, owner).await? {
                 return Err(invalid(
                     def,
                     name,
@@ -261,7 +270,7 @@ async fn claim_node_port(
             let start = rand::rng().random_range(0..span);
             for step in 0..span {
                 let port = *NODE_PORTS.start() + ((start + step) % span) as u16;
-                if claim_port(state, port, owner).await? {
+                if claim_port(storage, port, owner).await? {
                     return Ok(port);
                 }
             }
@@ -276,7 +285,7 @@ async fn claim_node_port(
 /// except those in `held` (ports an update keeps); what it claims goes into
 /// `allocation`.
 async fn allocate_node_ports(
-    state: &State,
+    storage: &Storage<'_>,
     def: &ResourceDef,
     service: &mut Value,
     held: &[u16],
@@ -307,7 +316,7 @@ async fn allocate_node_ports(
             continue;
         }
         let port = claim_node_port(
-            state,
+            storage,
             def,
             &name,
             &owner,
@@ -345,19 +354,58 @@ pub fn held_by(service: &Value) -> Allocation {
     Allocation { ip, node_ports }
 }
 
-/// Frees what a Service held.
-pub async fn release(state: &State, allocation: &Allocation) {
-    if let (Some(ip), Ok(def)) = (allocation.ip, ipaddresses(state)) {
-        let _ = state
-            .store
-            .delete(def.key(None, &ip.to_string()).as_bytes(), None)
-            .await;
+/// Frees what a Service held. A failure is logged and left to [`Repair`].
+pub async fn release(storage: &Storage<'_>, allocation: &Allocation) {
+    if let Some(ip) = allocation.ip {
+        let freed = match ipaddresses(storage) {
+            // Boxed: deleting a Service deletes its IPAddress through the
+            // same storage layer.
+            Ok(def) => Box::pin(storage.delete(
+                &def,
+                None,
+                &ip.to_string(),
+                &super::DeleteOptions::default(),
+                &WriteOptions::server(),
+            ))
+            .await
+            .map(|_| ()),
+            Err(status) => Err(status),
+        };
+        match freed {
+            Ok(()) => {}
+            Err(status) if status.code == 404 => {}
+            Err(status) => {
+                tracing::warn!(%ip, error = %status.message, "could not release a ClusterIP; the repair loop will");
+            }
+        }
     }
     for port in &allocation.node_ports {
-        let _ = state
+        match storage
+            .state
             .store
             .delete(format!("{NODE_PORT_KEYS}{port}").as_bytes(), None)
-            .await;
+            .await
+        {
+            Ok(_) | Err(rudder_store::Error::NotFound) => {}
+            Err(error) => {
+                tracing::warn!(port, %error, "could not release a node port; the repair loop will");
+            }
+        }
+    }
+}
+
+impl Allocation {
+    /// What this holds that `other` does not.
+    pub fn without(&self, other: &Allocation) -> Allocation {
+        Allocation {
+            ip: self.ip.filter(|ip| other.ip != Some(*ip)),
+            node_ports: self
+                .node_ports
+                .iter()
+                .copied()
+                .filter(|p| !other.node_ports.contains(p))
+                .collect(),
+        }
     }
 }
 
@@ -431,16 +479,16 @@ pub fn keep_on_update(def: &ResourceDef, new: &mut Value, old: &Value) -> Result
 /// Allocates node ports an updated NodePort Service newly needs; returns
 /// them, to release if the write fails.
 pub async fn allocate_on_update(
-    state: &State,
+    storage: &Storage<'_>,
     def: &ResourceDef,
     new: &mut Value,
     old: &Value,
 ) -> Result<Allocation, Status> {
     let mut allocation = Allocation::default();
     let result =
-        allocate_node_ports(state, def, new, &held_by(old).node_ports, &mut allocation).await;
+        allocate_node_ports(storage, def, new, &held_by(old).node_ports, &mut allocation).await;
     if result.is_err() {
-        release(state, &allocation).await;
+        release(storage, &allocation).await;
     }
     result.map(|()| allocation)
 }
@@ -448,8 +496,8 @@ pub async fn allocate_on_update(
 /// Creates the `kubernetes` Service in `default` at the range's first
 /// address, if absent, and points its Endpoints and EndpointSlice at this
 /// server (`advertise`:`port`), as upstream's endpoint reconciler does.
-pub async fn bootstrap(state: &State, advertise: IpAddr, port: u16) -> anyhow::Result<()> {
-    create_kubernetes_service(state, port).await?;
+pub async fn bootstrap(storage: &Storage<'_>, advertise: IpAddr, port: u16) -> anyhow::Result<()> {
+    create_kubernetes_service(storage, port).await?;
     let ip = advertise.to_string();
     let endpoints = json!({
         "apiVersion": "v1", "kind": "Endpoints",
@@ -471,45 +519,170 @@ pub async fn bootstrap(state: &State, advertise: IpAddr, port: u16) -> anyhow::R
         (("", "v1", "endpoints"), endpoints),
         (("discovery.k8s.io", "v1", "endpointslices"), slice),
     ] {
-        if let Err(error) = ensure(state, resource, default, object, Keep::Content).await {
+        if let Err(error) = storage
+            .ensure(resource, default, object, Keep::Content)
+            .await
+        {
             tracing::warn!(%error, "could not point the kubernetes service at this server");
         }
     }
     Ok(())
 }
 
-async fn create_kubernetes_service(state: &State, port: u16) -> anyhow::Result<()> {
-    let def = state
-        .registry()
-        .get("", "v1", "services")
-        .cloned()
-        .ok_or_else(|| anyhow::anyhow!("no services resource"))?;
-    let key = def.key(Some("default"), "kubernetes");
-    if state.store.get(key.as_bytes(), None).await.is_ok() {
-        return Ok(());
-    }
+async fn create_kubernetes_service(storage: &Storage<'_>, port: u16) -> anyhow::Result<()> {
     let ip = rudder_api::network::kubernetes_service_ip(&cidr());
-    let mut service = json!({
+    let service = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},
         "spec": {"type": "ClusterIP", "clusterIP": ip.to_string(), "sessionAffinity": "None",
                  "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]},
     });
-    let stamp = rudder_api::object::Stamp {
-        now: &now(),
-        uid: &uid(),
-        suffix: "",
-    };
-    rudder_api::object::prepare_create(&def, &mut service, Some("default"), &stamp)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let allocation = allocate(state, &def, &mut service)
+    storage
+        .ensure(
+            ("", "v1", "services"),
+            Some("default"),
+            service,
+            Keep::Existing,
+        )
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    match state.store.create(key.as_bytes(), encode(&service)).await {
-        Ok(_) | Err(rudder_store::Error::AlreadyExists) => Ok(()),
-        Err(e) => {
-            release(state, &allocation).await;
-            Err(anyhow::anyhow!("create the kubernetes service: {e}"))
+        .map(|_| ())
+}
+
+/// How many passes in a row must find an address or port leaked before it
+/// is freed: a Service being created holds its allocation a moment before
+/// it is written (upstream waits three passes).
+const PASSES_BEFORE_RELEASE: u32 = 2;
+
+/// How often the repair loop runs (upstream's allocator repair interval).
+pub const REPAIR_EVERY: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// The allocator repair loop's memory: what looked leaked, and how often.
+#[derive(Debug, Default)]
+pub struct Repair {
+    suspects: std::collections::HashMap<String, u32>,
+}
+
+/// What one repair pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Repaired {
+    /// Addresses and ports freed (`10.43.0.7`, `nodePort 30080`).
+    pub released: Vec<String>,
+    /// Addresses a Service holds whose `IPAddress` was missing, re-created.
+    pub restored: Vec<String>,
+}
+
+impl Repair {
+    /// One pass: every ClusterIP and NodePort no Service holds is freed
+    /// once it has looked leaked for [`PASSES_BEFORE_RELEASE`] passes, and a
+    /// Service's address with no `IPAddress` object gets one back.
+    pub async fn pass(&mut self, storage: &Storage<'_>) -> Result<Repaired, Status> {
+        let registry = storage.state.registry();
+        let services_def = registry
+            .get("", "v1", "services")
+            .cloned()
+            .ok_or_else(|| Status::internal("no services resource"))?;
+        let ip_def = ipaddresses(storage)?;
+        let everything = super::Selectors::default();
+        let request = super::ListRequest::default();
+        let services = storage
+            .list(&services_def, None, &everything, &request)
+            .await?;
+        let mut held_ips = std::collections::HashMap::new();
+        let mut held_ports = std::collections::HashSet::new();
+        for service in &services.items {
+            let held = held_by(service);
+            if let Some(ip) = held.ip {
+                held_ips.insert(ip.to_string(), identity(service));
+            }
+            held_ports.extend(held.node_ports);
         }
+        let mut done = Repaired::default();
+        let mut seen = std::collections::HashSet::new();
+        let addresses = storage.list(&ip_def, None, &everything, &request).await?;
+        let mut recorded = std::collections::HashSet::new();
+        for address in &addresses.items {
+            let managed = address
+                .pointer(&format!(
+                    "/metadata/labels/{}",
+                    MANAGED_BY.replace('/', "~1")
+                ))
+                .and_then(Value::as_str)
+                == Some(IP_ALLOCATOR);
+            let name = address
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            recorded.insert(name.clone());
+            if !managed || held_ips.contains_key(&name) {
+                continue;
+            }
+            let suspect = format!("ip {name}");
+            seen.insert(suspect.clone());
+            if self.suspected(&suspect)
+                && let Ok(ip) = name.parse()
+            {
+                let leaked = Allocation {
+                    ip: Some(ip),
+                    node_ports: vec![],
+                };
+                release(storage, &leaked).await;
+                done.released.push(name);
+            }
+        }
+        for (ip, (namespace, name)) in &held_ips {
+            if !recorded.contains(ip)
+                && let Ok(parsed) = ip.parse()
+                && claim_ip(storage, parsed, namespace, name).await?
+            {
+                done.restored.push(ip.clone());
+            }
+        }
+        let ports = storage
+            .state
+            .store
+            .list(
+                NODE_PORT_KEYS.as_bytes(),
+                rudder_store::ListOptions::default(),
+            )
+            .await
+            .map_err(|e| Status::unavailable(format!("listing node ports: {e}")))?;
+        for kv in &ports.kvs {
+            let Some(port) = std::str::from_utf8(&kv.key[NODE_PORT_KEYS.len()..])
+                .ok()
+                .and_then(|p| p.parse::<u16>().ok())
+            else {
+                continue;
+            };
+            if held_ports.contains(&port) {
+                continue;
+            }
+            let suspect = format!("nodePort {port}");
+            seen.insert(suspect.clone());
+            if self.suspected(&suspect) {
+                release(
+                    storage,
+                    &Allocation {
+                        ip: None,
+                        node_ports: vec![port],
+                    },
+                )
+                .await;
+                done.released.push(suspect);
+            }
+        }
+        self.suspects.retain(|s, _| seen.contains(s));
+        Ok(done)
+    }
+
+    /// Counts one more sighting of a suspect; true when it is time to free it.
+    fn suspected(&mut self, suspect: &str) -> bool {
+        let count = self.suspects.entry(suspect.to_string()).or_insert(0);
+        *count += 1;
+        if *count >= PASSES_BEFORE_RELEASE {
+            self.suspects.remove(suspect);
+            return true;
+        }
+        false
     }
 }

@@ -1,0 +1,66 @@
+//! Creating an object: upstream's `Store.Create` — namespace lifecycle
+//! admission, `BeforeCreate` (server-set metadata, defaults, validation),
+//! managed fields, what the kind's storage allocates (a Service's
+//! addresses), and the write, created-if-absent.
+
+use rudder_api::object::{self, Part, Stamp};
+use rudder_api::{ResourceDef, Status};
+use serde_json::Value;
+
+use super::{
+    Storage, WriteOptions, name_of, name_suffix, services, set_resource_version, stored, uid,
+};
+use crate::response::store_error;
+
+impl Storage<'_> {
+    /// Creates `object` as `def`'s kind in `namespace`; returns it as
+    /// stored (or as it would be, for a dry run).
+    pub async fn create(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        mut object: Value,
+        options: &WriteOptions,
+    ) -> Result<Value, Status> {
+        self.check_namespace(def, namespace, Some(&object)).await?;
+        let (now, uid, suffix) = (self.now_rfc3339(), uid(), name_suffix());
+        object::prepare_create(
+            def,
+            &mut object,
+            namespace,
+            &Stamp {
+                now: &now,
+                uid: &uid,
+                suffix: &suffix,
+            },
+        )?;
+        self.record_managed(def, Part::Main, None, &mut object, options);
+        if options.dry_run {
+            return Ok(object);
+        }
+        let name = name_of(&object);
+        let allocation = if services::allocates(def) {
+            Some(services::allocate(self, def, &mut object).await?)
+        } else {
+            None
+        };
+        let key = def.key(namespace, &name);
+        match self
+            .state
+            .store
+            .create(key.as_bytes(), stored(def, &object))
+            .await
+        {
+            Ok(kv) => {
+                set_resource_version(&mut object, kv.mod_revision);
+                Ok(object)
+            }
+            Err(e) => {
+                if let Some(allocation) = &allocation {
+                    services::release(self, allocation).await;
+                }
+                Err(store_error(e, def, &name))
+            }
+        }
+    }
+}

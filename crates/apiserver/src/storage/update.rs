@@ -1,0 +1,142 @@
+//! Updating an object: upstream's `Store.Update` — one compare-and-swap
+//! loop on the store's `mod_revision` around `BeforeUpdate` (identity and
+//! server-set metadata kept, the part not written kept, generation, update
+//! rules, validation), managed fields and what the kind's storage
+//! allocates. An update that removes the last finalizer of an object being
+//! deleted (not in a grace period) deletes it, as upstream's
+//! `ShouldDeleteDuringUpdate`.
+
+use rudder_api::object::{self, Part};
+use rudder_api::{ResourceDef, Status};
+use serde_json::Value;
+
+use super::{
+    MAX_RETRIES, Storage, WriteOptions, finalizers, is_terminating, resource_version, services,
+    set_resource_version, stored,
+};
+use crate::response::store_error;
+
+/// The outcome of one update attempt.
+enum Attempt {
+    /// The object as written (or as it was, when nothing changed).
+    Done(Value),
+    Retry,
+}
+
+/// Whether an update of `old` to `new` deletes the object: `new` keeps no
+/// finalizers (for a namespace, no spec finalizers either) and `old` is
+/// being deleted without a grace period pending.
+fn deletes(def: &ResourceDef, old: &Value, new: &Value) -> bool {
+    let grace = old
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let spec_finalizers = super::delete::spec_finalizers(def, new);
+    is_terminating(old) && grace == 0 && finalizers(new).is_empty() && spec_finalizers.is_empty()
+}
+
+impl Storage<'_> {
+    /// Reads the object, computes its new form with `change`, and writes it
+    /// if it changed — retrying on a concurrent write unless the change
+    /// pinned a `resourceVersion`. `part` says what the write may change.
+    /// Returns the object as stored.
+    pub async fn update<F>(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        part: Part,
+        options: &WriteOptions,
+        change: F,
+    ) -> Result<Value, Status>
+    where
+        F: Fn(&Value) -> Result<Value, Status>,
+    {
+        for _ in 0..MAX_RETRIES {
+            match self
+                .update_once(def, namespace, name, part, options, &change)
+                .await?
+            {
+                Attempt::Done(object) => return Ok(object),
+                Attempt::Retry => continue,
+            }
+        }
+        Err(Status::modified(def.target(), name))
+    }
+
+    async fn update_once<F>(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        part: Part,
+        options: &WriteOptions,
+        change: &F,
+    ) -> Result<Attempt, Status>
+    where
+        F: Fn(&Value) -> Result<Value, Status>,
+    {
+        let current = self.get(def, namespace, name).await?;
+        let (old, revision) = (current.object, current.revision);
+        let mut new = change(&old)?;
+        let pinned = resource_version(&new)?;
+        if let Some(pinned) = pinned
+            && pinned != revision
+        {
+            return Err(Status::modified(def.target(), name));
+        }
+        let allocates = services::allocates(def);
+        if allocates {
+            services::keep_on_update(def, &mut new, &old)?;
+        }
+        object::prepare_update(def, &mut new, &old, part)?;
+        self.record_managed(def, part, Some(&old), &mut new, options);
+        set_resource_version(&mut new, revision);
+        if new == old {
+            return Ok(Attempt::Done(old));
+        }
+        if options.dry_run {
+            return Ok(Attempt::Done(new));
+        }
+        let store = &self.state.store;
+        let key = def.key(namespace, name);
+        let finalized = deletes(def, &old, &new);
+        let added = if allocates && !finalized {
+            services::allocate_on_update(self, def, &mut new, &old).await?
+        } else {
+            services::Allocation::default()
+        };
+        let result = if finalized {
+            store
+                .delete(key.as_bytes(), Some(revision))
+                .await
+                .map(|d| d.revision)
+        } else {
+            store
+                .update(key.as_bytes(), stored(def, &new), revision)
+                .await
+                .map(|kv| kv.mod_revision)
+        };
+        if result.is_err() {
+            services::release(self, &added).await;
+        } else if allocates {
+            // Free what the old object held and the new one does not.
+            let after = if finalized {
+                services::Allocation::default()
+            } else {
+                services::held_by(&new)
+            };
+            services::release(self, &services::held_by(&old).without(&after)).await;
+        }
+        match result {
+            Ok(written) => {
+                set_resource_version(&mut new, written);
+                Ok(Attempt::Done(new))
+            }
+            Err(rudder_store::Error::Conflict { .. }) if pinned.is_none() => Ok(Attempt::Retry),
+            // Someone else deleted it first: what was asked is done.
+            Err(rudder_store::Error::NotFound) if finalized => Ok(Attempt::Done(new)),
+            Err(e) => Err(store_error(e, def, name)),
+        }
+    }
+}

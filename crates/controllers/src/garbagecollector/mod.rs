@@ -1,0 +1,590 @@
+//! The garbage collector (upstream's `pkg/controller/garbagecollector`):
+//! deletes objects whose owners are gone, and carries out the
+//! `Foreground` and `Orphan` propagation policies.
+//!
+//! - **Monitors** ([`run`]): a metadata informer for every resource that can
+//!   be listed, watched and deleted (events excepted), found by discovery
+//!   and looked for again every 30 s so custom resources join.
+//! - **The graph** ([`graph`]): one task applies every change the monitors
+//!   see to the owner/dependent graph, and queues what to look at.
+//! - **attemptToDelete workers**: an object whose owners are all gone is
+//!   deleted (Background, or as its own finalizers say); one with a live
+//!   owner loses its references to the dead; an owner deleted in the
+//!   foreground loses its `foregroundDeletion` finalizer once its blocking
+//!   dependents are gone.
+//! - **attemptToOrphan workers**: an owner with the `orphan` finalizer has
+//!   its references removed from every dependent, then the finalizer.
+//!
+//! Owners that may not exist are verified with a live GET, and the absent
+//! ones remembered, as upstream does.
+
+pub mod graph;
+mod operations;
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{DynamicObject, PartialObjectMeta};
+use rudder_api::strategy::Propagation;
+use rudder_runtime::controller::{Action, run_workers};
+use rudder_runtime::events::{EventType, Recorder};
+use rudder_runtime::{Change, WorkQueue};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use self::graph::{FOREGROUND, Graph, Identity, ORPHAN, Observed, Owner, Uid, Work};
+use self::operations::Error;
+use crate::Context;
+use crate::discovery::{Resource, Resources};
+
+/// Owners known not to exist, remembered (upstream keeps 500).
+const ABSENT_OWNERS: usize = 500;
+/// Dependents orphaned at once for one owner.
+const ORPHAN_CONCURRENCY: usize = 64;
+
+/// What the monitors tell the graph.
+#[derive(Debug)]
+enum GraphChange {
+    Upsert(Observed),
+    Delete(Uid),
+    /// A virtual owner found not to exist.
+    VirtualDelete(Uid),
+    /// A monitor missed changes: everything of this kind as it is now.
+    Resync {
+        group: String,
+        kind: String,
+        live: Vec<Observed>,
+    },
+}
+
+struct Collector {
+    ctx: Arc<Context>,
+    graph: RwLock<Graph>,
+    resources: RwLock<Resources>,
+    absent: Mutex<(HashSet<String>, VecDeque<String>)>,
+    deletes: WorkQueue<Uid>,
+    orphans: WorkQueue<Uid>,
+    changes: mpsc::UnboundedSender<GraphChange>,
+    recorder: Recorder,
+}
+
+fn absent_key(
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+    uid: &str,
+) -> String {
+    format!(
+        "{}/{kind}/{}/{name}/{uid}",
+        graph::group_of(api_version),
+        namespace.unwrap_or_default()
+    )
+}
+
+/// The identity of an object a monitor of `resource` saw.
+fn observed(resource: &Resource, object: &PartialObjectMeta<DynamicObject>) -> Option<Observed> {
+    let uid = object.metadata.uid.clone()?;
+    Some(Observed {
+        identity: Identity {
+            api_version: resource.api.api_version.clone(),
+            kind: resource.api.kind.clone(),
+            namespace: object
+                .metadata
+                .namespace
+                .clone()
+                .filter(|_| resource.namespaced),
+            name: object.name_any(),
+            uid,
+        },
+        owners: object
+            .owner_references()
+            .iter()
+            .map(|r| Owner {
+                api_version: r.api_version.clone(),
+                kind: r.kind.clone(),
+                name: r.name.clone(),
+                uid: r.uid.clone(),
+                block: r.block_owner_deletion == Some(true),
+            })
+            .collect(),
+        deleting: object.metadata.deletion_timestamp.is_some(),
+        finalizers: object.finalizers().to_vec(),
+    })
+}
+
+/// Runs the garbage collector until `stop` fires.
+pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
+    let (changes, incoming) = mpsc::unbounded_channel();
+    let recorder = Recorder::new(
+        ctx.client.clone(),
+        "garbage-collector-controller",
+        &ctx.identity,
+        ctx.clock.clone(),
+    );
+    let collector = Arc::new(Collector {
+        deletes: WorkQueue::new(ctx.clock.clone()),
+        orphans: WorkQueue::new(ctx.clock.clone()),
+        ctx: ctx.clone(),
+        graph: RwLock::new(Graph::default()),
+        resources: RwLock::new(Resources::default()),
+        absent: Mutex::new((HashSet::new(), VecDeque::new())),
+        changes,
+        recorder,
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(collector.clone().build_graph(incoming, stop.clone()));
+    tasks.spawn(collector.clone().monitor(stop.clone()));
+    let workers = ctx.options.gc_workers;
+    let deleter = collector.clone();
+    tasks.spawn(run_workers(
+        "garbage-collector-attempt-to-delete",
+        collector.deletes.clone(),
+        workers,
+        stop.clone(),
+        move |uid: Uid| {
+            let collector = deleter.clone();
+            async move { collector.attempt_to_delete(&uid).await }
+        },
+    ));
+    let orphaner = collector.clone();
+    tasks.spawn(run_workers(
+        "garbage-collector-attempt-to-orphan",
+        collector.orphans.clone(),
+        workers,
+        stop.clone(),
+        move |uid: Uid| {
+            let collector = orphaner.clone();
+            async move { collector.attempt_to_orphan(&uid).await }
+        },
+    ));
+    while tasks.join_next().await.is_some() {}
+}
+
+impl Collector {
+    fn resources(&self) -> Resources {
+        self.resources
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn node(&self, uid: &str) -> Option<graph::Node> {
+        self.graph
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .cloned()
+    }
+
+    fn remember_absent(&self, key: String) {
+        let mut absent = self.absent.lock().unwrap_or_else(|e| e.into_inner());
+        if absent.0.insert(key.clone()) {
+            absent.1.push_back(key);
+            if absent.1.len() > ABSENT_OWNERS
+                && let Some(old) = absent.1.pop_front()
+            {
+                absent.0.remove(&old);
+            }
+        }
+    }
+
+    fn known_absent(&self, key: &str) -> bool {
+        self.absent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .contains(key)
+    }
+
+    /// Discovers the deletable resources now and every so often, and
+    /// starts a monitor for each new one.
+    async fn monitor(self: Arc<Self>, stop: CancellationToken) {
+        let mut monitored: HashSet<String> = HashSet::new();
+        loop {
+            match Resources::discover(&self.ctx.client).await {
+                Ok(found) => {
+                    let new: Vec<Resource> = found
+                        .deletable()
+                        .filter(|r| {
+                            !monitored.contains(&format!("{}/{}", r.api.api_version, r.api.plural))
+                        })
+                        .cloned()
+                        .collect();
+                    *self.resources.write().unwrap_or_else(|e| e.into_inner()) = found;
+                    for resource in new {
+                        monitored.insert(format!(
+                            "{}/{}",
+                            resource.api.api_version, resource.api.plural
+                        ));
+                        tokio::spawn(self.clone().follow(resource, stop.clone()));
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "garbage collector: discovery failed"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                () = self.ctx.clock.sleep(self.ctx.options.discovery_every) => {}
+            }
+        }
+    }
+
+    /// Feeds one resource's changes to the graph.
+    async fn follow(self: Arc<Self>, resource: Resource, stop: CancellationToken) {
+        let informer = self.ctx.informers.metadata(&resource.api);
+        let mut changes = informer.subscribe();
+        let store = informer.store();
+        let send = |change| {
+            let _ = self.changes.send(change);
+        };
+        for object in store.list() {
+            if let Some(seen) = observed(&resource, &object) {
+                send(GraphChange::Upsert(seen));
+            }
+        }
+        loop {
+            let change = tokio::select! {
+                _ = stop.cancelled() => return,
+                change = changes.next() => change,
+            };
+            match change {
+                None => return,
+                Some(Change::Applied { new, .. }) => {
+                    if let Some(seen) = observed(&resource, &new) {
+                        send(GraphChange::Upsert(seen));
+                    }
+                }
+                Some(Change::Deleted(old)) => {
+                    if let Some(uid) = old.metadata.uid.clone() {
+                        send(GraphChange::Delete(uid));
+                    }
+                }
+                Some(Change::Resync) => send(GraphChange::Resync {
+                    group: resource.api.group.clone(),
+                    kind: resource.api.kind.clone(),
+                    live: store
+                        .list()
+                        .iter()
+                        .filter_map(|o| observed(&resource, o))
+                        .collect(),
+                }),
+            }
+        }
+    }
+
+    /// The graph's single writer: applies every change, queues the work.
+    async fn build_graph(
+        self: Arc<Self>,
+        mut incoming: mpsc::UnboundedReceiver<GraphChange>,
+        stop: CancellationToken,
+    ) {
+        loop {
+            let change = tokio::select! {
+                _ = stop.cancelled() => return,
+                change = incoming.recv() => change,
+            };
+            let Some(change) = change else { return };
+            let mut work = Work::default();
+            {
+                let mut graph = self.graph.write().unwrap_or_else(|e| e.into_inner());
+                let mut absent = Vec::new();
+                match change {
+                    GraphChange::Upsert(seen) => work = graph.upsert(seen),
+                    GraphChange::Delete(uid) => {
+                        let (w, gone) = graph.remove(&uid, false);
+                        work = w;
+                        absent.extend(gone);
+                    }
+                    GraphChange::VirtualDelete(uid) => {
+                        let (w, gone) = graph.remove(&uid, true);
+                        work = w;
+                        absent.extend(gone);
+                    }
+                    GraphChange::Resync { group, kind, live } => {
+                        let alive: HashSet<Uid> =
+                            live.iter().map(|o| o.identity.uid.clone()).collect();
+                        for uid in graph.observed_of(&group, &kind) {
+                            if !alive.contains(&uid) {
+                                let (w, gone) = graph.remove(&uid, false);
+                                merge(&mut work, w);
+                                absent.extend(gone);
+                            }
+                        }
+                        for seen in live {
+                            merge(&mut work, graph.upsert(seen));
+                        }
+                    }
+                }
+                drop(graph);
+                for identity in absent {
+                    self.remember_absent(absent_key(
+                        &identity.api_version,
+                        &identity.kind,
+                        identity.namespace.as_deref(),
+                        &identity.name,
+                        &identity.uid,
+                    ));
+                }
+            }
+            for uid in work.attempt_to_delete {
+                self.deletes.add(uid);
+            }
+            for uid in work.attempt_to_orphan {
+                self.orphans.add(uid);
+            }
+            for (dependent, owner) in work.invalid_namespace {
+                self.report_invalid_namespace(&dependent, &owner);
+            }
+        }
+    }
+
+    fn report_invalid_namespace(&self, dependent: &Identity, owner: &Identity) {
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(dependent.api_version.clone()),
+            kind: Some(dependent.kind.clone()),
+            namespace: dependent.namespace.clone(),
+            name: Some(dependent.name.clone()),
+            uid: Some(dependent.uid.clone()),
+            ..Default::default()
+        };
+        let note = format!(
+            "ownerRef {owner} does not exist in namespace {:?}",
+            dependent.namespace.as_deref().unwrap_or_default()
+        );
+        self.recorder.event(
+            &reference,
+            EventType::Warning,
+            "OwnerRefInvalidNamespace",
+            "GarbageCollection",
+            &note,
+        );
+    }
+
+    /// Whether the owner `reference` of `item` is gone (`Ok(None)`), or
+    /// its metadata.
+    async fn owner_of(
+        &self,
+        resources: &Resources,
+        item: &Identity,
+        reference: &Owner,
+    ) -> Result<Option<PartialObjectMeta<DynamicObject>>, Error> {
+        let cluster_key = absent_key(
+            &reference.api_version,
+            &reference.kind,
+            None,
+            &reference.name,
+            &reference.uid,
+        );
+        let namespaced_key = absent_key(
+            &reference.api_version,
+            &reference.kind,
+            item.namespace.as_deref(),
+            &reference.name,
+            &reference.uid,
+        );
+        if self.known_absent(&cluster_key) || self.known_absent(&namespaced_key) {
+            return Ok(None);
+        }
+        let owner = Identity {
+            api_version: reference.api_version.clone(),
+            kind: reference.kind.clone(),
+            namespace: item.namespace.clone(),
+            name: reference.name.clone(),
+            uid: reference.uid.clone(),
+        };
+        let resource = operations::resource_of(resources, &owner)?;
+        if item.namespace.is_none() && resource.namespaced {
+            return Err(Error::NamespacedOwnerOfClusterScoped);
+        }
+        let found = operations::get(&self.ctx.client, resources, &owner).await?;
+        if found.is_none() {
+            self.remember_absent(if resource.namespaced {
+                namespaced_key
+            } else {
+                cluster_key
+            });
+        }
+        Ok(found)
+    }
+
+    /// upstream's `attemptToDeleteItem`.
+    async fn attempt_to_delete(&self, uid: &str) -> Result<Action, Error> {
+        let Some(node) = self.node(uid) else {
+            return Ok(Action::Done);
+        };
+        if node.being_deleted && !node.deleting_dependents {
+            return Ok(Action::Done);
+        }
+        let resources = self.resources();
+        let client = &self.ctx.client;
+        let latest = match operations::get(client, &resources, &node.identity).await {
+            Ok(found) => found,
+            Err(Error::Unmapped { .. }) if node.virtual_ => None,
+            Err(e) => return Err(e),
+        };
+        let Some(latest) = latest else {
+            let _ = self
+                .changes
+                .send(GraphChange::VirtualDelete(uid.to_string()));
+            return Ok(Action::Done);
+        };
+        if node.virtual_ {
+            // It exists but the informer has not shown it yet: look again.
+            return Ok(Action::RequeueAfter(std::time::Duration::from_secs(1)));
+        }
+        let deleting = latest.metadata.deletion_timestamp.is_some();
+        if deleting && latest.finalizers().iter().any(|f| f == FOREGROUND) {
+            return self.finish_foreground(&node, &resources).await;
+        }
+        let references = latest.owner_references().to_vec();
+        if references.is_empty() {
+            return Ok(Action::Done);
+        }
+        let (mut solid, mut dangling, mut waiting) = (Vec::new(), Vec::new(), Vec::new());
+        for reference in &references {
+            let owner = Owner {
+                api_version: reference.api_version.clone(),
+                kind: reference.kind.clone(),
+                name: reference.name.clone(),
+                uid: reference.uid.clone(),
+                block: reference.block_owner_deletion == Some(true),
+            };
+            match self.owner_of(&resources, &node.identity, &owner).await {
+                Ok(None) => dangling.push(owner.uid),
+                Ok(Some(found)) => {
+                    let waits = found.metadata.deletion_timestamp.is_some()
+                        && found.finalizers().iter().any(|f| f == FOREGROUND);
+                    if waits {
+                        waiting.push(owner.uid);
+                    } else {
+                        solid.push(owner.uid);
+                    }
+                }
+                // Never collected, never retried (upstream).
+                Err(Error::NamespacedOwnerOfClusterScoped) => return Ok(Action::Done),
+                Err(e) => return Err(e),
+            }
+        }
+        if !solid.is_empty() {
+            if dangling.is_empty() && waiting.is_empty() {
+                return Ok(Action::Done);
+            }
+            let gone: Vec<String> = dangling.into_iter().chain(waiting).collect();
+            operations::patch_owners(client, &resources, &node.identity, &gone, &[]).await?;
+            return Ok(Action::Done);
+        }
+        let rv = latest.metadata.resource_version.clone();
+        if !waiting.is_empty() && !node.dependents.is_empty() {
+            let cycle = node
+                .dependents
+                .iter()
+                .any(|d| self.node(d).is_some_and(|n| n.deleting_dependents));
+            if cycle {
+                let blocking: Vec<String> = references
+                    .iter()
+                    .filter(|r| r.block_owner_deletion == Some(true))
+                    .map(|r| r.uid.clone())
+                    .collect();
+                operations::patch_owners(client, &resources, &node.identity, &[], &blocking)
+                    .await?;
+            }
+            operations::delete(
+                client,
+                &resources,
+                &node.identity,
+                rv,
+                &references,
+                Propagation::Foreground,
+            )
+            .await?;
+            return Ok(Action::Done);
+        }
+        let policy = if latest.finalizers().iter().any(|f| f == ORPHAN) {
+            Propagation::Orphan
+        } else if latest.finalizers().iter().any(|f| f == FOREGROUND) {
+            Propagation::Foreground
+        } else {
+            Propagation::Background
+        };
+        let deleted =
+            operations::delete(client, &resources, &node.identity, rv, &references, policy).await?;
+        if !deleted {
+            let _ = self
+                .changes
+                .send(GraphChange::VirtualDelete(uid.to_string()));
+        }
+        Ok(Action::Done)
+    }
+
+    /// An owner deleted in the foreground: done once its blocking
+    /// dependents are gone; until then, they are deleted.
+    async fn finish_foreground(
+        &self,
+        node: &graph::Node,
+        resources: &Resources,
+    ) -> Result<Action, Error> {
+        let blocking = self
+            .graph
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .blocking_dependents(&node.identity.uid);
+        if blocking.is_empty() {
+            operations::remove_finalizer(&self.ctx.client, resources, &node.identity, FOREGROUND)
+                .await?;
+            return Ok(Action::Done);
+        }
+        for dependent in blocking {
+            if !self.node(&dependent).is_some_and(|d| d.deleting_dependents) {
+                self.deletes.add(dependent);
+            }
+        }
+        Ok(Action::Done)
+    }
+
+    /// upstream's `attemptToOrphanWorker`: every dependent loses its
+    /// reference to the owner, then the owner its `orphan` finalizer.
+    async fn attempt_to_orphan(&self, uid: &str) -> Result<Action, Error> {
+        let Some(owner) = self.node(uid) else {
+            return Ok(Action::Done);
+        };
+        let resources = Arc::new(self.resources());
+        let dependents: Vec<Identity> = owner
+            .dependents
+            .iter()
+            .filter_map(|d| self.node(d).map(|n| n.identity))
+            .collect();
+        let client = self.ctx.client.clone();
+        let failures: Vec<String> =
+            futures::stream::iter(dependents.into_iter().map(|dependent| {
+                let (client, resources, owner_uid) =
+                    (client.clone(), resources.clone(), uid.to_string());
+                async move {
+                    operations::patch_owners(&client, &resources, &dependent, &[owner_uid], &[])
+                        .await
+                        .err()
+                        .map(|e| e.to_string())
+                }
+            }))
+            .buffer_unordered(ORPHAN_CONCURRENCY)
+            .filter_map(|failure| async move { failure })
+            .collect()
+            .await;
+        if !failures.is_empty() {
+            return Err(Error::Other(format!(
+                "failed to orphan dependents of owner {}, got errors: {}",
+                owner.identity,
+                failures.join(", ")
+            )));
+        }
+        operations::remove_finalizer(&client, &resources, &owner.identity, ORPHAN).await?;
+        Ok(Action::Done)
+    }
+}
+
+fn merge(into: &mut Work, from: Work) {
+    into.attempt_to_delete.extend(from.attempt_to_delete);
+    into.attempt_to_orphan.extend(from.attempt_to_orphan);
+    into.invalid_namespace.extend(from.invalid_namespace);
+}

@@ -1,0 +1,174 @@
+//! The controller manager: upstream's kube-controller-manager, one module
+//! per controller, every one of the same shape — what it watches (shared
+//! informers from [`rudder_runtime`]), a reconcile function, its tests.
+//!
+//! [`ControllerManager::run`] competes for the
+//! `kube-system/kube-controller-manager` Lease and, while it leads, runs
+//! every controller of [`CONTROLLERS`] on one [`Context`]. It talks to the
+//! API server only through its `kube::Client` (in-process in
+//! `rudder server`, HTTPS elsewhere), as `system:kube-controller-manager`.
+//!
+//! To add a controller: copy the folder of one that watches what yours
+//! watches (`namespace/` for one resource, `garbagecollector/` for all),
+//! give it a `run(Arc<Context>, CancellationToken)` and list it in
+//! [`CONTROLLERS`].
+
+pub mod discovery;
+pub mod garbagecollector;
+pub mod namespace;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use kube::Client;
+use rudder_runtime::clock::{self, Timer};
+use rudder_runtime::{Informers, LeaderElector, LeaseConfig};
+use tokio_util::sync::CancellationToken;
+
+/// What every controller shares while the manager leads.
+pub struct Context {
+    pub client: Client,
+    pub informers: Informers,
+    pub clock: Arc<dyn Timer>,
+    pub options: Options,
+    /// This manager's identity (`<hostname>_<uuid>`), for events.
+    pub identity: String,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("identity", &self.identity)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the controllers run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Workers deleting dependents, and as many orphaning them
+    /// (upstream's `--concurrent-gc-syncs`).
+    pub gc_workers: usize,
+    /// Namespaces deleted at once (`--concurrent-namespace-syncs`).
+    pub namespace_workers: usize,
+    /// How often the garbage collector looks for new resources (CRDs).
+    pub discovery_every: Duration,
+    /// Leader election; `None` runs the controllers at once, unelected.
+    pub lease: Option<LeaseConfig>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            gc_workers: 20,
+            namespace_workers: 10,
+            discovery_every: Duration::from_secs(30),
+            lease: Some(LeaseConfig::new("kube-controller-manager", &identity())),
+        }
+    }
+}
+
+/// Upstream's leader identity: `<hostname>_<uuid>`.
+pub fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "rudder".into());
+    format!("{host}_{}", uuid::Uuid::new_v4())
+}
+
+/// A controller: started with the shared context, running until its token
+/// is cancelled.
+pub type Start = fn(Arc<Context>, CancellationToken) -> BoxFuture<'static, ()>;
+
+/// Every controller the manager runs, by upstream's name.
+pub const CONTROLLERS: &[(&str, Start)] = &[
+    ("garbage-collector-controller", |ctx, stop| {
+        Box::pin(garbagecollector::run(ctx, stop))
+    }),
+    ("namespace-controller", |ctx, stop| {
+        Box::pin(namespace::run(ctx, stop))
+    }),
+];
+
+/// The controller manager.
+pub struct ControllerManager {
+    client: Client,
+    options: Options,
+    clock: Arc<dyn Timer>,
+}
+
+impl std::fmt::Debug for ControllerManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerManager")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ControllerManager {
+    pub fn new(client: Client, options: Options) -> Self {
+        ControllerManager {
+            client,
+            options,
+            clock: clock::system(),
+        }
+    }
+
+    /// The same, on `clock` (a fake one in tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Timer>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Runs the controllers while this manager leads, until `stop` fires.
+    pub async fn run(self, stop: CancellationToken) {
+        let ControllerManager {
+            client,
+            options,
+            clock,
+        } = self;
+        let identity = options
+            .lease
+            .as_ref()
+            .map(|l| l.identity.clone())
+            .unwrap_or_else(self::identity);
+        let lead = {
+            let (client, options, clock, identity) = (
+                client.clone(),
+                options.clone(),
+                clock.clone(),
+                identity.clone(),
+            );
+            move |leading: CancellationToken| {
+                let context = Arc::new(Context {
+                    informers: Informers::new(client.clone(), leading.clone()),
+                    client: client.clone(),
+                    clock: clock.clone(),
+                    options: options.clone(),
+                    identity: identity.clone(),
+                });
+                run_controllers(context, leading)
+            }
+        };
+        match options.lease.clone() {
+            Some(lease) => {
+                LeaderElector::new(client, lease, clock)
+                    .run(stop, lead)
+                    .await
+            }
+            None => lead(stop).await,
+        }
+    }
+}
+
+/// Starts every controller and waits until they stop.
+async fn run_controllers(context: Arc<Context>, stop: CancellationToken) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (name, start) in CONTROLLERS {
+        tracing::info!(controller = name, "starting");
+        tasks.spawn(start(context.clone(), stop.clone()));
+    }
+    while tasks.join_next().await.is_some() {}
+}

@@ -1,0 +1,122 @@
+//! The worker loop that joins a [`WorkQueue`] to a reconcile function —
+//! client-go's `processNextWorkItem` contract in one place: take a key,
+//! reconcile it, forget its failures on success or retry it rate-limited on
+//! error, and always give it back.
+//!
+//! A controller is then one module of one shape: what it watches (its
+//! informers' changes turned into queue keys), its reconcile function, and
+//! its tests.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::queue::{Key, WorkQueue};
+
+/// What a successful reconcile asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Action {
+    /// Nothing until something changes.
+    #[default]
+    Done,
+    /// Look again after this long (a deadline, a timeout, a poll).
+    RequeueAfter(Duration),
+}
+
+/// Runs `workers` workers on `queue` until `cancel` fires, then shuts the
+/// queue down and waits for the keys in hand to finish.
+pub async fn run_workers<T, F, Fut, E>(
+    name: &'static str,
+    queue: WorkQueue<T>,
+    workers: usize,
+    cancel: CancellationToken,
+    reconcile: F,
+) where
+    T: Key,
+    F: Fn(T) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send,
+    E: Display + Send,
+{
+    let reconcile = Arc::new(reconcile);
+    let mut tasks = JoinSet::new();
+    for _ in 0..workers.max(1) {
+        let (queue, reconcile) = (queue.clone(), reconcile.clone());
+        tasks.spawn(async move {
+            while let Some(key) = queue.get().await {
+                let span = tracing::debug_span!("reconcile", controller = name, key = ?key);
+                let _entered = span.enter();
+                drop(_entered);
+                match reconcile(key.clone()).await {
+                    Ok(Action::Done) => queue.forget(&key),
+                    Ok(Action::RequeueAfter(after)) => {
+                        queue.forget(&key);
+                        queue.add_after(key.clone(), after);
+                    }
+                    Err(error) => {
+                        let retries = queue.retries(&key);
+                        tracing::info!(controller = name, key = ?key, retries, %error, "reconcile failed; retrying");
+                        queue.add_rate_limited(key.clone());
+                    }
+                }
+                queue.done(&key);
+            }
+        });
+    }
+    cancel.cancelled().await;
+    queue.shut_down();
+    while tasks.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::FakeClock;
+    use std::sync::Mutex;
+
+    #[tokio::test]
+    async fn failures_are_retried_and_successes_forgotten() {
+        let clock = FakeClock::starting_now();
+        let queue: WorkQueue<u32> = WorkQueue::new(clock.clone());
+        let attempts = Arc::new(Mutex::new(Vec::new()));
+        let cancel = CancellationToken::new();
+        let seen = attempts.clone();
+        let runner = tokio::spawn(run_workers(
+            "test",
+            queue.clone(),
+            2,
+            cancel.clone(),
+            move |key: u32| {
+                let seen = seen.clone();
+                async move {
+                    let mut seen = seen.lock().expect("lock");
+                    seen.push(key);
+                    let tries = seen.iter().filter(|k| **k == key).count();
+                    if key == 1 && tries < 3 {
+                        Err("not yet")
+                    } else {
+                        Ok(Action::Done)
+                    }
+                }
+            },
+        ));
+        queue.add(1);
+        queue.add(2);
+        for _ in 0..100 {
+            clock.advance(Duration::from_millis(50));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if attempts.lock().expect("lock").len() >= 4 {
+                break;
+            }
+        }
+        let mut seen = attempts.lock().expect("lock").clone();
+        seen.sort();
+        assert_eq!(seen, vec![1, 1, 1, 2]);
+        assert_eq!(queue.retries(&1), 0, "forgotten after it succeeded");
+        cancel.cancel();
+        runner.await.expect("workers stop");
+    }
+}
