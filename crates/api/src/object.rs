@@ -222,6 +222,7 @@ pub fn prepare_create(
     {
         root.remove("status");
     }
+    omit_empty_metadata(object);
     crate::quantity::canonicalize(def, object)?;
     crate::defaults::on_create(def, object);
     crate::defaults::apply(def, object);
@@ -389,6 +390,7 @@ pub fn prepare_update(
             .unwrap_or(0);
         new["metadata"]["generation"] = json!(generation + 1);
     }
+    omit_empty_metadata(new);
     crate::quantity::canonicalize(def, new)?;
     crate::defaults::apply(def, new);
     let via = match part {
@@ -398,6 +400,34 @@ pub fn prepare_update(
     };
     let changes = via.map_or_else(Vec::new, |via| crate::update::validate(def, new, old, via));
     validate_change(def, new, Some(old), changes)
+}
+
+/// Drops the metadata fields Go's `omitempty` leaves out when empty (an
+/// owner reference list a patch emptied, say), so objects read back as
+/// upstream writes them.
+fn omit_empty_metadata(object: &mut Value) {
+    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for field in [
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+        "generateName",
+    ] {
+        let empty = match meta.get(field) {
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+            Some(Value::String(s)) => s.is_empty(),
+            Some(Value::Null) => true,
+            _ => false,
+        };
+        if empty {
+            meta.remove(field);
+        }
+    }
 }
 
 fn copy_field(to: &mut Value, from: &Value, field: &str) {

@@ -1,7 +1,14 @@
 //! Who is asking, and whether they may. Client certificates signed by the
 //! cluster CA authenticate (CN = user, O = groups); without one a request is
 //! `system:anonymous`, who may read only health and version endpoints, as
-//! upstream's default RBAC allows (`system:public-info-viewer`).
+//! upstream's default RBAC allows (`system:public-info-viewer`); any
+//! authenticated user may also read discovery (`system:discovery`).
+//!
+//! There is no RBAC yet. Until there is, the control plane's own components
+//! — `system:kube-controller-manager`, `system:kube-scheduler` and the node
+//! agents (`system:nodes`) — may do everything, as `system:masters` may:
+//! upstream's bootstrap roles and node authorizer grant them a narrower,
+//! per-component set.
 
 use rudder_api::Status;
 
@@ -45,15 +52,33 @@ impl User {
 
 const PUBLIC_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version", "/version/"];
 
+/// What `system:discovery` lets every authenticated user read.
+const DISCOVERY_PATHS: &[&str] = &["/api", "/apis", "/openapi"];
+
+/// The users and groups of the control plane's own components.
+const COMPONENT_USERS: &[&str] = &["system:kube-controller-manager", "system:kube-scheduler"];
+const ALL_POWERFUL_GROUPS: &[&str] = &["system:masters", "system:nodes"];
+
 /// Whether `user` may make this request.
 pub fn authorize(user: &User, path: &str, verb: &str) -> Result<(), Status> {
-    if user.groups.iter().any(|g| g == "system:masters") {
+    if user
+        .groups
+        .iter()
+        .any(|g| ALL_POWERFUL_GROUPS.contains(&g.as_str()))
+        || COMPONENT_USERS.contains(&user.name.as_str())
+    {
         return Ok(());
     }
-    let public = PUBLIC_PATHS
-        .iter()
-        .any(|p| path == *p || path.starts_with(&format!("{p}/")) && *p != "/version/");
-    if public && verb == "get" {
+    let under = |paths: &[&str]| {
+        paths
+            .iter()
+            .any(|p| path == *p || path.starts_with(&format!("{p}/")) && *p != "/version/")
+    };
+    if under(PUBLIC_PATHS) && verb == "get" {
+        return Ok(());
+    }
+    let authenticated = user.groups.iter().any(|g| g == "system:authenticated");
+    if authenticated && verb == "get" && under(DISCOVERY_PATHS) && !crate::path::is_resource(path) {
         return Ok(());
     }
     Err(Status::forbidden(format!(
@@ -82,5 +107,18 @@ mod tests {
             groups: vec!["system:masters".into()],
         };
         assert!(authorize(&admin, "/api/v1/pods", "delete").is_ok());
+        let controllers = User {
+            name: "system:kube-controller-manager".into(),
+            groups: vec!["system:authenticated".into()],
+        };
+        assert!(authorize(&controllers, "/apis/apps/v1/deployments", "list").is_ok());
+        let someone = User {
+            name: "someone".into(),
+            groups: vec!["system:authenticated".into()],
+        };
+        assert!(authorize(&someone, "/apis", "get").is_ok(), "discovery");
+        assert!(authorize(&someone, "/api/v1", "get").is_ok(), "discovery");
+        assert!(authorize(&someone, "/api/v1/pods", "list").is_err());
+        assert!(authorize(&someone, "/api/v1/namespaces/default/pods/p", "get").is_err());
     }
 }

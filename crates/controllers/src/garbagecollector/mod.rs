@@ -419,11 +419,9 @@ impl Collector {
         }
         let resources = self.resources();
         let client = &self.ctx.client;
-        let latest = match operations::get(client, &resources, &node.identity).await {
-            Ok(found) => found,
-            Err(Error::Unmapped { .. }) if node.virtual_ => None,
-            Err(e) => return Err(e),
-        };
+        // A kind discovery does not (yet) know is retried, never taken for
+        // absent: its resource may be a custom one not discovered yet.
+        let latest = operations::get(client, &resources, &node.identity).await?;
         let Some(latest) = latest else {
             let _ = self
                 .changes
