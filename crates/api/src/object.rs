@@ -287,6 +287,9 @@ pub enum Part {
     /// `pods/binding`: the main resource, where a Pod's `spec.nodeName`
     /// alone may be set.
     Binding,
+    /// `namespaces/<name>/finalize`: the main resource with what the
+    /// main endpoint keeps (a Namespace's `spec.finalizers`) writable.
+    Finalize,
 }
 
 /// Prepares an update of `old` to `new`: identity and server-set metadata
@@ -354,9 +357,17 @@ pub fn prepare_update(
         }
         meta.remove("selfLink");
     }
+    if part == Part::Main {
+        // What only a subresource may change (upstream's PrepareForUpdate).
+        for pointer in def.strategy.kept_on_update {
+            copy_pointer(new, old, pointer);
+        }
+    }
     match part {
-        Part::Main | Part::Binding if has_status_subresource(def) => copy_field(new, old, "status"),
-        Part::Main | Part::Binding => {}
+        Part::Main | Part::Binding | Part::Finalize if has_status_subresource(def) => {
+            copy_field(new, old, "status")
+        }
+        Part::Main | Part::Binding | Part::Finalize => {}
         Part::Status => {
             let status = new.get("status").cloned();
             let mut kept = old.clone();
@@ -394,12 +405,76 @@ pub fn prepare_update(
     crate::quantity::canonicalize(def, new)?;
     crate::defaults::apply(def, new);
     let via = match part {
-        Part::Main => Some(Via::Main),
+        Part::Main | Part::Finalize => Some(Via::Main),
         Part::Binding => Some(Via::Binding),
         Part::Status => None,
     };
-    let changes = via.map_or_else(Vec::new, |via| crate::update::validate(def, new, old, via));
+    let mut changes = via.map_or_else(Vec::new, |via| crate::update::validate(def, new, old, via));
+    changes.extend(new_finalizers_of_a_deleted_object(new, old));
     validate_change(def, new, Some(old), changes)
+}
+
+/// Upstream's rule that an object being deleted takes no new finalizers
+/// (its own deletion path, which adds the garbage collector's, is exempt).
+fn new_finalizers_of_a_deleted_object(new: &Value, old: &Value) -> Option<Cause> {
+    let deleting = old
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null());
+    if !deleting {
+        return None;
+    }
+    let list = |o: &Value| -> Vec<String> {
+        o.pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .map(|l| {
+                l.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let before = list(old);
+    let mut added: Vec<String> = list(new)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .collect();
+    if added.is_empty() {
+        return None;
+    }
+    added.sort();
+    added.dedup();
+    let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+    Some(Cause::forbidden(
+        "metadata.finalizers",
+        &format!(
+            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+            quoted.join(", ")
+        ),
+    ))
+}
+
+/// Sets `pointer` in `to` to its value in `from` (removing it when `from`
+/// has none).
+fn copy_pointer(to: &mut Value, from: &Value, pointer: &str) {
+    let Some((parent, field)) = pointer.rsplit_once('/') else {
+        return;
+    };
+    match from.pointer(pointer) {
+        Some(value) => {
+            if to.pointer(parent).is_none() && !parent.is_empty() {
+                crate::crd::set_path(to, &parent.replace('/', "."), json!({}));
+            }
+            if let Some(object) = to.pointer_mut(parent).and_then(Value::as_object_mut) {
+                object.insert(field.to_string(), value.clone());
+            }
+        }
+        None => {
+            if let Some(object) = to.pointer_mut(parent).and_then(Value::as_object_mut) {
+                object.remove(field);
+            }
+        }
+    }
 }
 
 /// Drops the metadata fields Go's `omitempty` leaves out when empty (an

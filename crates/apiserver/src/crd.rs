@@ -43,21 +43,26 @@ pub async fn start(state: Arc<State>, base: Arc<Registry>) -> anyhow::Result<()>
     let Some(def) = crd_def(&base) else {
         return Ok(());
     };
-    let revision = reconcile(&state, &base, &def).await?;
-    tokio::spawn(follow(state, base, def, revision));
+    let deleting = Deleting::default();
+    let revision = reconcile(&state, &deleting, &base, &def).await?;
+    tokio::spawn(follow(state, deleting, base, def, revision));
     Ok(())
 }
 
-async fn follow(state: Arc<State>, base: Arc<Registry>, def: Arc<ResourceDef>, first: Reconciled) {
+async fn follow(
+    state: Arc<State>,
+    deleting: Deleting,
+    base: Arc<Registry>,
+    def: Arc<ResourceDef>,
+    first: u64,
+) {
     let prefix = def.key_prefix();
     let mut known = Some(first);
     loop {
         let reconciled = match known.take() {
             Some(done) => Ok(done),
-            None => reconcile(&state, &base, &def).await,
+            None => reconcile(&state, &deleting, &base, &def).await,
         };
-        let waiting = reconciled.as_ref().is_ok_and(|r| r.waiting);
-        let reconciled = reconciled.map(|r| r.revision);
         // Then wait for the next change to any definition, and look again.
         let watched = match reconciled {
             Ok(revision) => state
@@ -80,18 +85,9 @@ async fn follow(state: Arc<State>, base: Arc<Registry>, def: Arc<ResourceDef>, f
                 continue;
             }
         };
-        // A definition waiting for its objects to go looks again soon.
-        let recheck = async {
-            if waiting {
-                tokio::time::sleep(RECHECK).await;
-            } else {
-                futures::future::pending::<()>().await;
-            }
-        };
         tokio::select! {
             _ = state.shutdown.cancelled() => return,
             _ = stream.next() => {}
-            () = recheck => {}
         }
     }
 }
@@ -104,22 +100,14 @@ async fn pause(state: &State, duration: Duration) -> bool {
     }
 }
 
-/// What a reconcile pass found.
-#[derive(Debug, Clone, Copy)]
-struct Reconciled {
-    /// The revision the definitions were read at.
-    revision: u64,
-    /// Whether a deleted definition waits for its objects to go.
-    waiting: bool,
-}
-
-/// Brings every definition's status and the registry up to date.
+/// Brings every definition's status and the registry up to date; returns
+/// the revision the definitions were read at.
 async fn reconcile(
-    state: &State,
+    state: &Arc<State>,
+    deleting: &Deleting,
     base: &Registry,
     def: &ResourceDef,
-) -> anyhow::Result<Reconciled> {
-    let mut waiting = false;
+) -> anyhow::Result<u64> {
     let page = state
         .store
         .list(def.key_prefix().as_bytes(), ListOptions::default())
@@ -147,19 +135,36 @@ async fn reconcile(
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        if object
-            .pointer("/metadata/deletionTimestamp")
-            .is_some_and(|v| !v.is_null())
-        {
-            waiting |= !finish_deletion(state, def, &object).await?;
-            continue;
-        }
         let group = str_at(&object, "/spec/group").to_string();
         let names = names_of(&object);
         let conflict = names
             .iter()
             .find(|n| taken.contains(&(group.clone(), (*n).clone())));
         let builtin_conflict = base.groups().iter().any(|g| g.name == group);
+        if object
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|v| !v.is_null())
+        {
+            // Still served (creates refused) while its objects go, by a task
+            // of its own so no other definition waits behind it.
+            let served = object
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Established" && c["status"] == "True")
+                });
+            if served && conflict.is_none() && !builtin_conflict {
+                for n in &names {
+                    taken.insert((group.clone(), n.clone()));
+                }
+                for served in crd::definitions(&object) {
+                    registry.add(served);
+                }
+            }
+            start_deletion(state, deleting, def, &name);
+            continue;
+        }
         let now = state.clock.now_rfc3339();
         let wanted = desired_status(&object, conflict.cloned(), builtin_conflict, &now);
         let accepted = wanted
@@ -174,17 +179,57 @@ async fn reconcile(
                 registry.add(served);
             }
         }
-        if write_status(state, def, &name, &object, wanted).await? {
-            tracing::info!(crd = %name, established = accepted, "CustomResourceDefinition status");
+        match write_status(state, def, &name, &object, wanted).await {
+            Ok(true) => {
+                tracing::info!(crd = %name, established = accepted, "CustomResourceDefinition status")
+            }
+            Ok(false) => {}
+            // One definition's trouble holds no other back.
+            Err(error) => {
+                tracing::warn!(crd = %name, %error, "could not write a CustomResourceDefinition's status")
+            }
         }
     }
     state.set_registry(Arc::new(registry));
     // Follow from the revision read: our own writes come back as events (a
     // pass that changes nothing), and nobody else's change can slip between.
-    Ok(Reconciled {
-        revision: page.revision,
-        waiting,
-    })
+    Ok(page.revision)
+}
+
+/// The definitions whose objects a task is deleting now.
+type Deleting = Arc<std::sync::Mutex<BTreeSet<String>>>;
+
+/// Starts the task that deletes a terminating definition's objects and
+/// then the definition, unless one runs already.
+fn start_deletion(state: &Arc<State>, deleting: &Deleting, def: &ResourceDef, name: &str) {
+    let key = name.to_string();
+    if !deleting
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key.clone())
+    {
+        return;
+    }
+    let deleting = deleting.clone();
+    let (state, def, name) = (state.clone(), def.clone(), name.to_string());
+    tokio::spawn(async move {
+        loop {
+            match finish_deletion(&state, &def, &name).await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(crd = %name, %error, "deleting a CustomResourceDefinition's objects")
+                }
+            }
+            if pause(&state, RECHECK).await {
+                break;
+            }
+        }
+        deleting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+    });
 }
 
 /// The names a definition claims in its group: plural, singular, kind,
@@ -353,12 +398,16 @@ fn anyhow_status(status: Status) -> anyhow::Error {
 /// A definition being deleted: its objects are deleted (their finalizers
 /// holding them as long as they say); once none is left, its finalizer
 /// goes and so does it. Returns whether it is done.
-async fn finish_deletion(state: &State, def: &ResourceDef, crd: &Value) -> anyhow::Result<bool> {
-    let name = str_at(crd, "/metadata/name").to_string();
+async fn finish_deletion(state: &State, def: &ResourceDef, name: &str) -> anyhow::Result<bool> {
     let storage = state.storage();
     let options = WriteOptions::server();
+    let crd = match storage.get(def, None, name).await {
+        Ok(stored) => stored.object,
+        Err(status) if status.code == 404 => return Ok(true),
+        Err(status) => return Err(anyhow_status(status)),
+    };
     // Any served version addresses every object (they share one prefix).
-    let custom = crd::definitions(crd).into_iter().next();
+    let custom = crd::definitions(&crd).into_iter().next();
     let remaining = match &custom {
         Some(custom) => {
             storage
@@ -385,7 +434,7 @@ async fn finish_deletion(state: &State, def: &ResourceDef, crd: &Value) -> anyho
         (
             "True",
             "InstanceDeletionInProgress",
-            format!("CustomResource deletion is in progress: {remaining} remaining"),
+            "CustomResource deletion is in progress".to_string(),
         )
     } else {
         (
@@ -409,7 +458,7 @@ async fn finish_deletion(state: &State, def: &ResourceDef, crd: &Value) -> anyho
     });
     if changed {
         storage
-            .update(def, None, &name, Part::Status, &options, |old| {
+            .update(def, None, name, Part::Status, &options, |old| {
                 let mut new = old.clone();
                 let conditions = new["status"]["conditions"]
                     .as_array()
@@ -432,7 +481,7 @@ async fn finish_deletion(state: &State, def: &ResourceDef, crd: &Value) -> anyho
     }
     // The last finalizer removed deletes the definition.
     match storage
-        .update(def, None, &name, Part::Main, &options, |old| {
+        .update(def, None, name, Part::Main, &options, |old| {
             let mut new = old.clone();
             if let Some(list) = new
                 .pointer_mut("/metadata/finalizers")

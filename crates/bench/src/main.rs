@@ -4,6 +4,7 @@
 
 mod api;
 mod apply;
+mod gc;
 mod report;
 mod store;
 
@@ -28,6 +29,10 @@ enum Scenario {
     /// object, the same requests over HTTPS, and `kubectl apply` of 1,000
     /// objects.
     Apply(Options),
+    /// The garbage collector and namespace controller: an owner with 10,000
+    /// dependents deleted in each propagation mode, a namespace with 10,000
+    /// objects deleted, beside 10,000 plain API deletes.
+    Gc(Options),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -52,6 +57,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Store(options) => (runtime.block_on(store::run(&options))?, options),
         Scenario::Api(options) => (runtime.block_on(api::run(&options))?, options),
         Scenario::Apply(options) => (runtime.block_on(apply::run(&options))?, options),
+        Scenario::Gc(options) => (runtime.block_on(gc::run(&options))?, options),
     };
     if !options.quick {
         report.update_doc(&options.doc)?;

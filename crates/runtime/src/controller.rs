@@ -12,6 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -25,6 +26,9 @@ pub enum Action {
     Done,
     /// Look again after this long (a deadline, a timeout, a poll).
     RequeueAfter(Duration),
+    /// Not done, though nothing failed (waiting on something else): look
+    /// again after the key's rate-limited backoff.
+    Retry,
 }
 
 /// Runs `workers` workers on `queue` until `cancel` fires, then shuts the
@@ -47,18 +51,25 @@ pub async fn run_workers<T, F, Fut, E>(
         let (queue, reconcile) = (queue.clone(), reconcile.clone());
         tasks.spawn(async move {
             while let Some(key) = queue.get().await {
-                let span = tracing::debug_span!("reconcile", controller = name, key = ?key);
-                let _entered = span.enter();
-                drop(_entered);
-                match reconcile(key.clone()).await {
-                    Ok(Action::Done) => queue.forget(&key),
-                    Ok(Action::RequeueAfter(after)) => {
+                // A panicking reconcile is a failure like any other: its key
+                // is given back and retried, the worker lives on.
+                let outcome = std::panic::AssertUnwindSafe(reconcile(key.clone()))
+                    .catch_unwind()
+                    .await;
+                match outcome {
+                    Ok(Ok(Action::Done)) => queue.forget(&key),
+                    Ok(Ok(Action::RequeueAfter(after))) => {
                         queue.forget(&key);
                         queue.add_after(key.clone(), after);
                     }
-                    Err(error) => {
+                    Ok(Ok(Action::Retry)) => queue.add_rate_limited(key.clone()),
+                    Ok(Err(error)) => {
                         let retries = queue.retries(&key);
                         tracing::info!(controller = name, key = ?key, retries, %error, "reconcile failed; retrying");
+                        queue.add_rate_limited(key.clone());
+                    }
+                    Err(_) => {
+                        tracing::error!(controller = name, key = ?key, "reconcile panicked; retrying");
                         queue.add_rate_limited(key.clone());
                     }
                 }
@@ -92,9 +103,14 @@ mod tests {
             move |key: u32| {
                 let seen = seen.clone();
                 async move {
-                    let mut seen = seen.lock().expect("lock");
-                    seen.push(key);
-                    let tries = seen.iter().filter(|k| **k == key).count();
+                    let tries = {
+                        let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                        seen.push(key);
+                        seen.iter().filter(|k| **k == key).count()
+                    };
+                    if key == 3 && tries == 1 {
+                        panic!("a bug in a reconcile");
+                    }
                     if key == 1 && tries < 3 {
                         Err("not yet")
                     } else {
@@ -105,16 +121,17 @@ mod tests {
         ));
         queue.add(1);
         queue.add(2);
+        queue.add(3);
         for _ in 0..100 {
             clock.advance(Duration::from_millis(50));
             tokio::time::sleep(Duration::from_millis(5)).await;
-            if attempts.lock().expect("lock").len() >= 4 {
+            if attempts.lock().unwrap_or_else(|e| e.into_inner()).len() >= 6 {
                 break;
             }
         }
-        let mut seen = attempts.lock().expect("lock").clone();
+        let mut seen = attempts.lock().unwrap_or_else(|e| e.into_inner()).clone();
         seen.sort();
-        assert_eq!(seen, vec![1, 1, 1, 2]);
+        assert_eq!(seen, vec![1, 1, 1, 2, 3, 3], "a panic is retried too");
         assert_eq!(queue.retries(&1), 0, "forgotten after it succeeded");
         cancel.cancel();
         runner.await.expect("workers stop");

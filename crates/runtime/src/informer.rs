@@ -362,6 +362,14 @@ impl<K: Object> Informer<K> {
     }
 }
 
+/// An object without its managed fields, which no controller reads and
+/// which are most of a small object's size (kube-controller-manager's
+/// informers trim them the same way).
+fn trimmed<K: Resource>(mut object: K) -> K {
+    object.meta_mut().managed_fields = None;
+    object
+}
+
 /// Starts an informer over `api`, running until `cancel` fires.
 fn start<K: Object>(api: Api<K>, cancel: CancellationToken, what: String) -> Informer<K> {
     let store = Store::new();
@@ -388,7 +396,7 @@ fn start<K: Object>(api: Api<K>, cancel: CancellationToken, what: String) -> Inf
                 }
                 Some(Ok(Event::Init)) => listing = Some(Vec::new()),
                 Some(Ok(Event::InitApply(object))) => {
-                    listing.get_or_insert_with(Vec::new).push(object);
+                    listing.get_or_insert_with(Vec::new).push(trimmed(object));
                 }
                 Some(Ok(Event::InitDone)) => {
                     for change in store.replace(listing.take().unwrap_or_default()) {
@@ -397,12 +405,12 @@ fn start<K: Object>(api: Api<K>, cancel: CancellationToken, what: String) -> Inf
                     let _ = synced_tx.send(true);
                 }
                 Some(Ok(Event::Apply(object))) => {
-                    let (old, new) = store.apply(object);
+                    let (old, new) = store.apply(trimmed(object));
                     let _ = changes.send(Change::Applied { old, new });
                 }
                 Some(Ok(Event::Delete(object))) => {
                     store.delete(&object);
-                    let _ = changes.send(Change::Deleted(Arc::new(object)));
+                    let _ = changes.send(Change::Deleted(Arc::new(trimmed(object))));
                 }
             }
         }

@@ -37,6 +37,21 @@ pub struct LeaseConfig {
 }
 
 impl LeaseConfig {
+    /// Upstream's rules: the lease outlasts the renew deadline, which
+    /// outlasts 1.2 retry periods.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.lease_duration <= self.renew_deadline {
+            return Err("leaseDuration must be greater than renewDeadline".into());
+        }
+        if self.renew_deadline.as_secs_f64() <= 1.2 * self.retry_period.as_secs_f64() {
+            return Err("renewDeadline must be greater than retryPeriod*JitterFactor".into());
+        }
+        if self.retry_period.is_zero() {
+            return Err("retryPeriod must be greater than zero".into());
+        }
+        Ok(())
+    }
+
     /// Upstream's defaults (15 s lease, 10 s renew deadline, 2 s retry) for
     /// the lease `kube-system/<name>`.
     pub fn new(name: &str, identity: &str) -> Self {
@@ -235,6 +250,10 @@ impl LeaderElector {
         F: Fn(CancellationToken) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
+        if let Err(error) = self.config.validate() {
+            tracing::error!(%error, lease = %self.lease_name(), "leader election: invalid configuration; not competing");
+            return;
+        }
         loop {
             // Acquire.
             loop {
@@ -267,19 +286,39 @@ impl LeaderElector {
                     _ = cancel.cancelled() => break,
                     () = self.clock.sleep(self.config.retry_period) => {}
                 }
-                match self.try_acquire_or_renew().await {
-                    Ok(()) => renewed = self.clock.now(),
-                    Err(error) => {
+                // A renewal that does not finish within the deadline counts
+                // as failed: the leader must stop before its lease can pass
+                // to another.
+                let left = self
+                    .config
+                    .renew_deadline
+                    .saturating_sub(self.clock.now().duration_since(renewed).unwrap_or_default());
+                let attempt = tokio::time::timeout(left, self.try_acquire_or_renew()).await;
+                match attempt {
+                    Ok(Ok(())) => renewed = self.clock.now(),
+                    Ok(Err(error)) => {
                         let since = self.clock.now().duration_since(renewed).unwrap_or_default();
                         tracing::warn!(%error, "leader election: could not renew the lease");
                         if since >= self.config.renew_deadline || matches!(error, Error::Held(_)) {
                             break;
                         }
                     }
+                    Err(_) => {
+                        tracing::warn!("leader election: renewing the lease timed out");
+                        break;
+                    }
                 }
             }
+            // Stop leading at once: the work gets a moment to wind down,
+            // then is aborted.
             leading.cancel();
-            let _ = work.await;
+            let abort = work.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), work)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
             tracing::info!(lease = %self.lease_name(), identity = %self.config.identity, "stopped leading");
             if cancel.is_cancelled() {
                 self.release().await;

@@ -56,6 +56,9 @@ pub struct Custom {
     pub root: Shape,
     pub printer_columns: Vec<PrinterColumn>,
     pub scale: Option<ScalePaths>,
+    /// The definition is being deleted: its objects are still served (so
+    /// their finalizers can be removed) but no new one may be created.
+    pub terminating: bool,
 }
 
 fn strings(value: &Value, pointer: &str) -> Vec<String> {
@@ -329,6 +332,9 @@ pub fn definitions(crd: &Value) -> Vec<ResourceDef> {
                 root,
                 printer_columns,
                 scale,
+                terminating: crd
+                    .pointer("/metadata/deletionTimestamp")
+                    .is_some_and(|t| !t.is_null()),
             })),
             deprecation: None,
             // Its schema, printer columns and scale do what a strategy does.

@@ -57,6 +57,8 @@ pub static NAMESPACE: Strategy = Strategy {
     rest: Rest::Namespace,
     name_rule: NameRule::Label,
     defaults: defaults::namespace,
+    on_create: defaults::namespace_finalizer,
+    kept_on_update: &["/spec/finalizers"],
     printer: Some(print::namespace),
     field_selectors: &["status.phase"],
     returns_deleted: true,

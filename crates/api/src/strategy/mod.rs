@@ -62,6 +62,10 @@ pub struct Strategy {
     pub graceful_delete: Option<fn(&Value, Option<i64>) -> i64>,
     /// Which of the API server's storages serves the kind.
     pub rest: Rest,
+    /// JSON pointers an update through the main endpoint cannot change
+    /// (upstream's `PrepareForUpdate` puts them back): a Namespace's
+    /// `spec.finalizers`, which only `namespaces/<name>/finalize` writes.
+    pub kept_on_update: &'static [&'static str],
 }
 
 /// Which storage serves a kind: the generic registry store, or one that
@@ -96,6 +100,7 @@ pub const GENERIC: Strategy = Strategy {
     default_propagation: Some(Propagation::Background),
     graceful_delete: None,
     rest: Rest::Generic,
+    kept_on_update: &[],
 };
 
 fn nothing(_: &mut Value) {}

@@ -263,6 +263,14 @@ pub fn object_meta(meta: &Value, rule: NameRule, namespaced: bool) -> Vec<Cause>
                 causes.push(Cause::invalid(format!("metadata.finalizers[{i}]"), f, &why));
             }
         }
+        let has = |name: &str| finalizers.iter().any(|f| f == name);
+        if has("orphan") && has("foregroundDeletion") {
+            causes.push(Cause::invalid(
+                "metadata.finalizers",
+                &Value::Array(finalizers.clone()),
+                "finalizer orphan and foregroundDeletion cannot be both set",
+            ));
+        }
     }
     if let Some(owners) = meta.get("ownerReferences").and_then(Value::as_array) {
         let mut controllers = 0;

@@ -47,7 +47,7 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
         ("finalize", Verb::Update) => {
             let object = object_body(ctx, &body)?;
             let finalizers = object.pointer("/spec/finalizers").cloned();
-            update_with(ctx, Part::Main, Vec::new(), |old| {
+            update_with(ctx, Part::Finalize, Vec::new(), |old| {
                 let mut new = old.clone();
                 match &finalizers {
                     Some(f) => new["spec"]["finalizers"] = f.clone(),

@@ -22,6 +22,11 @@ impl Storage<'_> {
         mut object: Value,
         options: &WriteOptions,
     ) -> Result<Value, Status> {
+        if def.custom.as_ref().is_some_and(|c| c.terminating) {
+            return Err(Status::method_not_allowed(
+                "create not allowed while custom resource definition is terminating",
+            ));
+        }
         self.check_namespace(def, namespace, Some(&object)).await?;
         let (now, uid, suffix) = (self.now_rfc3339(), uid(), name_suffix());
         object::prepare_create(

@@ -294,13 +294,21 @@ impl Storage<'_> {
                 return Ok(Some(Deleted::Pending(object)));
             }
             // The first delete of a namespace: it terminates.
+            let original = object.clone();
             object["metadata"]["deletionTimestamp"] = json!(rudder_api::time::format_rfc3339(now));
             object["status"]["phase"] = json!("Terminating");
-            if let Some(list) = gc_finalizers(def, &object, options) {
-                set_finalizers(&mut object, &list);
+            let mut list =
+                gc_finalizers(def, &object, options).unwrap_or_else(|| finalizers(&object));
+            // Upstream's namespace storage: `orphanDependents: false` is a
+            // foreground deletion.
+            if options.orphan_dependents == Some(false)
+                && !list.iter().any(|f| f == FOREGROUND_FINALIZER)
+            {
+                list.push(FOREGROUND_FINALIZER.into());
             }
+            set_finalizers(&mut object, &list);
             return self
-                .write_pending(def, &key, name, object, revision, write)
+                .write_pending(def, &key, name, object, &original, revision, write)
                 .await;
         }
 
@@ -324,9 +332,14 @@ impl Storage<'_> {
                 }
             }
         };
-        if matches!(grace, Grace::Pending) {
-            return Ok(Some(Deleted::Pending(object)));
-        }
+        let grace = match grace {
+            Grace::Pending => return Ok(Some(Deleted::Pending(object))),
+            // A grace period shortened to nothing: deleted now (or, held by
+            // finalizers, marked so), as upstream's `lastGraceful == 0`.
+            Grace::Start(0) => Grace::None,
+            other => other,
+        };
+        let original = object.clone();
         let gc = gc_finalizers(def, &object, options);
         if let Some(list) = &gc {
             set_finalizers(&mut object, list);
@@ -355,12 +368,12 @@ impl Storage<'_> {
                 object["metadata"]["deletionTimestamp"] =
                     json!(rudder_api::time::format_rfc3339(deadline));
                 object["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-                self.write_pending(def, &key, name, object, revision, write)
+                self.write_pending(def, &key, name, object, &original, revision, write)
                     .await
             }
             Grace::None | Grace::Pending if held => {
                 mark_deleting(&mut object, now);
-                self.write_pending(def, &key, name, object, revision, write)
+                self.write_pending(def, &key, name, object, &original, revision, write)
                     .await
             }
             Grace::None | Grace::Pending => {
@@ -387,17 +400,21 @@ impl Storage<'_> {
         }
     }
 
-    /// Writes an object marked deleted; `None` on a concurrent write.
+    /// Writes an object marked deleted (unless that changes nothing from
+    /// `original`, as it was read: a repeated delete writes nothing);
+    /// `None` on a concurrent write.
+    #[allow(clippy::too_many_arguments)]
     async fn write_pending(
         &self,
         def: &ResourceDef,
         key: &str,
         name: &str,
         mut object: Value,
+        original: &Value,
         revision: u64,
         write: &WriteOptions,
     ) -> Result<Option<Deleted>, Status> {
-        if write.dry_run {
+        if write.dry_run || object == *original {
             return Ok(Some(Deleted::Pending(object)));
         }
         match self

@@ -212,8 +212,10 @@ pub fn scope<'s>(
         }
     };
     let (subresource, ignore) = match part {
-        Part::Main | Part::Binding if object::has_status_subresource(def) => ("", Ignore::Status),
-        Part::Main | Part::Binding => ("", Ignore::Nothing),
+        Part::Main | Part::Binding | Part::Finalize if object::has_status_subresource(def) => {
+            ("", Ignore::Status)
+        }
+        Part::Main | Part::Binding | Part::Finalize => ("", Ignore::Nothing),
         Part::Status => ("status", Ignore::AllButStatus),
     };
     Scope {

@@ -57,12 +57,18 @@ enum GraphChange {
         kind: String,
         live: Vec<Observed>,
     },
+    /// Answered once every change sent before it is in the graph.
+    Barrier(tokio::sync::oneshot::Sender<()>),
 }
+
+/// How long the workers wait for the monitors' first listings (upstream
+/// waits its 30 s sync period).
+const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 struct Collector {
     ctx: Arc<Context>,
     graph: RwLock<Graph>,
-    resources: RwLock<Resources>,
+    resources: RwLock<Arc<Resources>>,
     absent: Mutex<(HashSet<String>, VecDeque<String>)>,
     deletes: WorkQueue<Uid>,
     orphans: WorkQueue<Uid>,
@@ -129,14 +135,22 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
         orphans: WorkQueue::new(ctx.clock.clone()),
         ctx: ctx.clone(),
         graph: RwLock::new(Graph::default()),
-        resources: RwLock::new(Resources::default()),
+        resources: RwLock::new(Arc::new(Resources::default())),
         absent: Mutex::new((HashSet::new(), VecDeque::new())),
         changes,
         recorder,
     });
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(collector.clone().build_graph(incoming, stop.clone()));
-    tasks.spawn(collector.clone().monitor(stop.clone()));
+    let (synced, graph_ready) = tokio::sync::oneshot::channel();
+    tasks.spawn(collector.clone().monitor(stop.clone(), synced));
+    // No worker acts on a graph that has not seen everything yet: an
+    // orphaning owner would find no dependents, a foreground one no
+    // blocking ones.
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        _ = graph_ready => {}
+    }
     let workers = ctx.options.gc_workers;
     let deleter = collector.clone();
     tasks.spawn(run_workers(
@@ -164,19 +178,36 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
 }
 
 impl Collector {
-    fn resources(&self) -> Resources {
+    fn resources(&self) -> Arc<Resources> {
         self.resources
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    fn node(&self, uid: &str) -> Option<graph::Node> {
+    /// What the workers need of a node (not its dependents, which can be
+    /// many).
+    fn node(&self, uid: &str) -> Option<NodeView> {
         self.graph
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(uid)
-            .cloned()
+            .map(|n| NodeView {
+                identity: n.identity.clone(),
+                being_deleted: n.being_deleted,
+                deleting_dependents: n.deleting_dependents,
+                virtual_: n.virtual_,
+                has_dependents: !n.dependents.is_empty(),
+            })
+    }
+
+    fn dependents(&self, uid: &str) -> Vec<Uid> {
+        self.graph
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .map(|n| n.dependents.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn remember_absent(&self, key: String) {
@@ -200,9 +231,15 @@ impl Collector {
     }
 
     /// Discovers the deletable resources now and every so often, and
-    /// starts a monitor for each new one.
-    async fn monitor(self: Arc<Self>, stop: CancellationToken) {
+    /// starts a monitor for each new one; `synced` fires once the first
+    /// monitors have listed and the graph holds what they found.
+    async fn monitor(
+        self: Arc<Self>,
+        stop: CancellationToken,
+        synced: tokio::sync::oneshot::Sender<()>,
+    ) {
         let mut monitored: HashSet<String> = HashSet::new();
+        let mut synced = Some(synced);
         loop {
             match Resources::discover(&self.ctx.client).await {
                 Ok(found) => {
@@ -213,13 +250,28 @@ impl Collector {
                         })
                         .cloned()
                         .collect();
-                    *self.resources.write().unwrap_or_else(|e| e.into_inner()) = found;
+                    *self.resources.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(found);
+                    let mut listed = Vec::new();
                     for resource in new {
                         monitored.insert(format!(
                             "{}/{}",
                             resource.api.api_version, resource.api.plural
                         ));
-                        tokio::spawn(self.clone().follow(resource, stop.clone()));
+                        let (done, first_listing) = tokio::sync::oneshot::channel();
+                        listed.push(first_listing);
+                        tokio::spawn(self.clone().follow(resource, stop.clone(), done));
+                    }
+                    if let Some(ready) = synced.take() {
+                        let all = futures::future::join_all(listed);
+                        if tokio::time::timeout(SYNC_TIMEOUT, all).await.is_err() {
+                            tracing::warn!(
+                                "garbage collector: not every monitor listed in time; starting anyway"
+                            );
+                        }
+                        let (barrier, passed) = tokio::sync::oneshot::channel();
+                        let _ = self.changes.send(GraphChange::Barrier(barrier));
+                        let _ = passed.await;
+                        let _ = ready.send(());
                     }
                 }
                 Err(error) => tracing::warn!(%error, "garbage collector: discovery failed"),
@@ -231,19 +283,30 @@ impl Collector {
         }
     }
 
-    /// Feeds one resource's changes to the graph.
-    async fn follow(self: Arc<Self>, resource: Resource, stop: CancellationToken) {
+    /// Feeds one resource's changes to the graph; `listed` fires once its
+    /// first listing is on the way.
+    async fn follow(
+        self: Arc<Self>,
+        resource: Resource,
+        stop: CancellationToken,
+        listed: tokio::sync::oneshot::Sender<()>,
+    ) {
         let informer = self.ctx.informers.metadata(&resource.api);
         let mut changes = informer.subscribe();
         let store = informer.store();
         let send = |change| {
             let _ = self.changes.send(change);
         };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            () = informer.wait_synced() => {}
+        }
         for object in store.list() {
             if let Some(seen) = observed(&resource, &object) {
                 send(GraphChange::Upsert(seen));
             }
         }
+        let _ = listed.send(());
         loop {
             let change = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -301,6 +364,9 @@ impl Collector {
                         let (w, gone) = graph.remove(&uid, true);
                         work = w;
                         absent.extend(gone);
+                    }
+                    GraphChange::Barrier(passed) => {
+                        let _ = passed.send(());
                     }
                     GraphChange::Resync { group, kind, live } => {
                         let alive: HashSet<Uid> =
@@ -429,8 +495,9 @@ impl Collector {
             return Ok(Action::Done);
         };
         if node.virtual_ {
-            // It exists but the informer has not shown it yet: look again.
-            return Ok(Action::RequeueAfter(std::time::Duration::from_secs(1)));
+            // It exists but its informer has not shown it yet: look again,
+            // backing off.
+            return Ok(Action::Retry);
         }
         let deleting = latest.metadata.deletion_timestamp.is_some();
         if deleting && latest.finalizers().iter().any(|f| f == FOREGROUND) {
@@ -474,9 +541,9 @@ impl Collector {
             return Ok(Action::Done);
         }
         let rv = latest.metadata.resource_version.clone();
-        if !waiting.is_empty() && !node.dependents.is_empty() {
-            let cycle = node
-                .dependents
+        if !waiting.is_empty() && node.has_dependents {
+            let cycle = self
+                .dependents(uid)
                 .iter()
                 .any(|d| self.node(d).is_some_and(|n| n.deleting_dependents));
             if cycle {
@@ -520,7 +587,7 @@ impl Collector {
     /// dependents are gone; until then, they are deleted.
     async fn finish_foreground(
         &self,
-        node: &graph::Node,
+        node: &NodeView,
         resources: &Resources,
     ) -> Result<Action, Error> {
         let blocking = self
@@ -547,9 +614,9 @@ impl Collector {
         let Some(owner) = self.node(uid) else {
             return Ok(Action::Done);
         };
-        let resources = Arc::new(self.resources());
-        let dependents: Vec<Identity> = owner
-            .dependents
+        let resources = self.resources();
+        let dependents: Vec<Identity> = self
+            .dependents(uid)
             .iter()
             .filter_map(|d| self.node(d).map(|n| n.identity))
             .collect();
@@ -579,6 +646,16 @@ impl Collector {
         operations::remove_finalizer(&client, &resources, &owner.identity, ORPHAN).await?;
         Ok(Action::Done)
     }
+}
+
+/// What a worker reads of a node.
+#[derive(Debug, Clone)]
+struct NodeView {
+    identity: Identity,
+    being_deleted: bool,
+    deleting_dependents: bool,
+    virtual_: bool,
+    has_dependents: bool,
 }
 
 fn merge(into: &mut Work, from: Work) {

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{
@@ -89,6 +90,14 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                 };
                 match change {
                     None => return,
+                    // Its own status writes (the conditions) bring nothing
+                    // new: only a change of what deletion depends on does.
+                    Some(Change::Applied {
+                        old: Some(old),
+                        new,
+                    }) if old.metadata.deletion_timestamp == new.metadata.deletion_timestamp
+                        && old.metadata.finalizers == new.metadata.finalizers
+                        && old.spec == new.spec => {}
                     Some(Change::Applied { new, .. }) => enqueue(&new),
                     Some(Change::Deleted(_)) => {}
                     Some(Change::Resync) => store.list().iter().for_each(|n| enqueue(n)),
@@ -176,13 +185,17 @@ async fn delete_content(
         .unwrap_or_default()
         .as_secs();
     let mut estimate: Option<u64> = None;
-    let passes = deletable
-        .iter()
-        .map(|resource| delete_resource(ctx, namespace, resource, elapsed));
-    for (resource, outcome) in deletable
-        .iter()
-        .zip(futures::future::join_all(passes).await)
-    {
+    /// Resources emptied at once.
+    const CONCURRENT: usize = 8;
+    let passes = deletable.into_iter().map(|resource| async move {
+        let outcome = delete_resource(ctx, namespace, &resource, elapsed).await;
+        (resource, outcome)
+    });
+    let outcomes: Vec<_> = futures::stream::iter(passes)
+        .buffered(CONCURRENT)
+        .collect()
+        .await;
+    for (resource, outcome) in outcomes {
         match outcome {
             Ok(left) => {
                 if left.count > 0 {
