@@ -10,7 +10,7 @@ use rudder_apiserver::{Identity, Server, ServerOptions};
 use serde_json::json;
 
 struct Plane {
-    server: Server,
+    _server: Server,
     _dir: tempfile::TempDir,
     _store: rudder_store::testing::TestStore,
 }
@@ -24,7 +24,7 @@ async fn plane() -> (Plane, kube::Client) {
     let client = server.client(&Identity::admin());
     (
         Plane {
-            server,
+            _server: server,
             _dir: dir,
             _store: store,
         },
@@ -32,7 +32,7 @@ async fn plane() -> (Plane, kube::Client) {
     )
 }
 
-fn api_error<T: std::fmt::Debug>(result: kube::Result<T>) -> kube::core::ErrorResponse {
+fn api_error<T: std::fmt::Debug>(result: kube::Result<T>) -> kube::core::Status {
     match result {
         Err(kube::Error::Api(status)) => *status,
         other => panic!("expected an API error, got {other:?}"),
