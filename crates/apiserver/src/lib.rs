@@ -6,6 +6,7 @@ pub mod auth;
 pub mod cache;
 mod crd;
 mod discovery;
+pub mod health;
 pub mod metrics;
 pub mod negotiate;
 mod openapi;
@@ -23,7 +24,6 @@ pub mod testing;
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::{Request, State as AxumState};
@@ -34,6 +34,7 @@ use axum::routing::get;
 use rudder_api::Status;
 use tokio_util::sync::CancellationToken;
 
+use health::Endpoint;
 pub use server::{Identity, Listen, Server, ServerOptions};
 pub use state::State;
 
@@ -57,24 +58,6 @@ pub fn advertise_address(bind: IpAddr) -> IpAddr {
         Ok(local) if !local.ip().is_unspecified() => local.ip(),
         _ => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
     }
-}
-
-async fn health(AxumState(state): AxumState<Arc<State>>) -> Response {
-    if state.shutdown.is_cancelled() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
-    }
-    (StatusCode::OK, "ok").into_response()
-}
-
-async fn ready(AxumState(state): AxumState<Arc<State>>) -> Response {
-    if !state.ready.load(Ordering::SeqCst) || state.shutdown.is_cancelled() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "[-]bootstrap not finished\nreadyz check failed",
-        )
-            .into_response();
-    }
-    (StatusCode::OK, "ok").into_response()
 }
 
 async fn metrics(AxumState(state): AxumState<Arc<State>>) -> Response {
@@ -113,9 +96,24 @@ async fn authorize_paths(request: Request, next: Next) -> Response {
 /// The API server's router (no socket: tests call it directly).
 pub fn router(state: Arc<State>) -> Router {
     Router::new()
-        .route("/healthz", get(health))
-        .route("/livez", get(health))
-        .route("/readyz", get(ready))
+        .route(
+            "/healthz",
+            get(|s, q| health::serve(Endpoint::Healthz, s, q)),
+        )
+        .route("/livez", get(|s, q| health::serve(Endpoint::Livez, s, q)))
+        .route("/readyz", get(|s, q| health::serve(Endpoint::Readyz, s, q)))
+        .route(
+            "/healthz/{*check}",
+            get(|s, p| health::serve_one(Endpoint::Healthz, s, p)),
+        )
+        .route(
+            "/livez/{*check}",
+            get(|s, p| health::serve_one(Endpoint::Livez, s, p)),
+        )
+        .route(
+            "/readyz/{*check}",
+            get(|s, p| health::serve_one(Endpoint::Readyz, s, p)),
+        )
         .route("/version", get(discovery::version))
         .route("/metrics", get(metrics))
         .route("/api", get(discovery::api))

@@ -261,6 +261,10 @@ impl Store for MeteredStore {
     async fn current_revision(&self) -> rudder_store::Result<u64> {
         self.inner.current_revision().await
     }
+
+    async fn check(&self) -> rudder_store::Result<()> {
+        self.inner.check().await
+    }
 }
 
 #[cfg(test)]

@@ -456,6 +456,24 @@ impl Store for EtcdStore {
         let response = response.map_err(|e| self.error(e))?;
         Ok(response.header().map_or(0, |h| revision(h.revision())))
     }
+
+    async fn check(&self) -> Result<()> {
+        // Upstream's etcd health check: a linearizable read of a health key,
+        // which needs a leader and a quorum, within 2 s.
+        let mut kv = self.kv.clone();
+        let read = kv.get(
+            self.full_key(b"health"),
+            Some(GetOptions::new().with_count_only()),
+        );
+        match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(self.error(e)),
+            Err(_) => Err(Error::Unavailable {
+                context: "etcd did not answer a health read within 2s".into(),
+                source: None,
+            }),
+        }
+    }
 }
 
 /// The task behind one etcd watch.

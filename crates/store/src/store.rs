@@ -46,4 +46,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// The store's current revision: that of the last successful write.
     async fn current_revision(&self) -> Result<u64>;
+
+    /// Whether the store can serve reads and take writes now (the API
+    /// server's `etcd` health check): `Ok`, or why not.
+    async fn check(&self) -> Result<()>;
 }

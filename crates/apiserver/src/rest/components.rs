@@ -15,8 +15,16 @@ use crate::response::{ApiResult, json_response};
 
 /// The components and their health, as ComponentStatus objects.
 async fn components(ctx: &Context) -> Vec<Value> {
-    let condition = match ctx.state.store.current_revision().await {
-        Ok(_) => json!({"type": "Healthy", "status": "True", "message": "ok"}),
+    let checked = tokio::time::timeout(std::time::Duration::from_secs(2), ctx.state.store.check())
+        .await
+        .unwrap_or_else(|_| {
+            Err(rudder_store::Error::Unavailable {
+                context: "the store did not answer within 2s".into(),
+                source: None,
+            })
+        });
+    let condition = match checked {
+        Ok(()) => json!({"type": "Healthy", "status": "True", "message": "ok"}),
         Err(error) => {
             json!({"type": "Healthy", "status": "False", "error": error.to_string()})
         }

@@ -6,6 +6,8 @@ mod context;
 pub mod private;
 mod read;
 mod wal;
+
+pub use wal::{Fdatasync, Syncer};
 mod watcher;
 mod writer;
 
@@ -47,6 +49,8 @@ pub struct EmbeddedConfig {
     /// Committed batches buffered for live watchers before a slow one has to
     /// catch up from disk.
     pub watch_buffer: usize,
+    /// How log appends are made durable (`fdatasync`; tests inject others).
+    pub syncer: std::sync::Arc<dyn wal::Syncer>,
 }
 
 impl EmbeddedConfig {
@@ -57,6 +61,7 @@ impl EmbeddedConfig {
             cache_bytes: 64 << 20,
             progress_interval: Some(Duration::from_secs(10)),
             watch_buffer: 4096,
+            syncer: std::sync::Arc::new(wal::Fdatasync),
         }
     }
 }
@@ -134,7 +139,7 @@ impl EmbeddedStore {
         // Writes acknowledged since the last checkpoint are in the log only.
         let wal_path = wal_path(path);
         private::create_file(&wal_path)?;
-        let (wal, pending) = wal::Wal::open(&wal_path, meta.revision)?;
+        let (wal, pending) = wal::Wal::open(&wal_path, meta.revision, config.syncer.clone())?;
         // Both files are the store's own: tighten what an older version
         // left readable.
         private::restrict(path)?;
@@ -306,6 +311,28 @@ impl Store for EmbeddedStore {
 
     async fn current_revision(&self) -> Result<u64> {
         Ok(self.shared.revision.load(Ordering::SeqCst))
+    }
+
+    async fn check(&self) -> Result<()> {
+        // Reads: a read transaction opens.
+        self.shared
+            .db
+            .begin_read()
+            .map_err(|e| Error::unavailable("begin a read", e))?;
+        // Writes: the writer answers, behind every queued write, unless a
+        // failure made it refuse writes.
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Check { reply })
+            .await
+            .map_err(|_| Error::Unavailable {
+                context: "the embedded store's writer has stopped".into(),
+                source: None,
+            })?;
+        answer.await.map_err(|_| Error::Unavailable {
+            context: "the embedded store's writer has stopped".into(),
+            source: None,
+        })?
     }
 }
 

@@ -53,10 +53,28 @@ impl Mutation {
     }
 }
 
+/// How a log append is made durable: `fdatasync` ([`Fdatasync`]), or in
+/// tests one that counts, holds or fails the syncs, to prove that no write
+/// is acknowledged before its sync and that a failed sync is a failed write.
+pub trait Syncer: Send + Sync + std::fmt::Debug {
+    fn sync(&self, file: &File) -> std::io::Result<()>;
+}
+
+/// `fdatasync(2)`: the data, and the metadata needed to read it back.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fdatasync;
+
+impl Syncer for Fdatasync {
+    fn sync(&self, file: &File) -> std::io::Result<()> {
+        file.sync_data()
+    }
+}
+
 /// The open log, positioned after its last live record.
 #[derive(Debug)]
 pub(crate) struct Wal {
     file: File,
+    syncer: std::sync::Arc<dyn Syncer>,
     path: PathBuf,
     /// Where the next record goes.
     offset: u64,
@@ -68,7 +86,11 @@ impl Wal {
     /// returns the mutations of its records that continue `durable_revision`
     /// without a gap, in order. A torn record at the end (a crash during an
     /// append that was never acknowledged) ends the log.
-    pub(crate) fn open(path: &Path, durable_revision: u64) -> Result<(Wal, Vec<Mutation>)> {
+    pub(crate) fn open(
+        path: &Path,
+        durable_revision: u64,
+        syncer: std::sync::Arc<dyn Syncer>,
+    ) -> Result<(Wal, Vec<Mutation>)> {
         let io = |what: &str, e: std::io::Error| {
             Error::unavailable(format!("{what} {}", path.display()), e)
         };
@@ -97,6 +119,7 @@ impl Wal {
         let mutations = recover(&contents, durable_revision);
         let wal = Wal {
             file,
+            syncer,
             path: path.to_path_buf(),
             offset: HEADER,
             buffer: Vec::new(),
@@ -124,7 +147,7 @@ impl Wal {
         self.buffer[..4].copy_from_slice(&payload_len.to_le_bytes());
         self.buffer[4..8].copy_from_slice(&crc.to_le_bytes());
         self.file.write_all_at(&self.buffer, self.offset)?;
-        self.file.sync_data()?;
+        self.syncer.sync(&self.file)?;
         self.offset += self.buffer.len() as u64;
         Ok(())
     }
@@ -287,16 +310,16 @@ mod tests {
     fn records_round_trip_and_recover_in_order() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("wal");
-        let (mut wal, found) = Wal::open(&path, 0).expect("open");
+        let (mut wal, found) = Wal::open(&path, 0, std::sync::Arc::new(Fdatasync)).expect("open");
         assert!(found.is_empty());
         assert_eq!(std::fs::metadata(&path).expect("meta").len(), PREALLOCATE);
         wal.append(&[put("/a", 1), put("/b", 2)]).expect("append");
         wal.append(&[del("/a", 3)]).expect("append");
         drop(wal);
-        let (_, found) = Wal::open(&path, 0).expect("reopen");
+        let (_, found) = Wal::open(&path, 0, std::sync::Arc::new(Fdatasync)).expect("reopen");
         assert_eq!(found, vec![put("/a", 1), put("/b", 2), del("/a", 3)]);
         // What a checkpoint covers is not replayed.
-        let (_, found) = Wal::open(&path, 2).expect("reopen");
+        let (_, found) = Wal::open(&path, 2, std::sync::Arc::new(Fdatasync)).expect("reopen");
         assert_eq!(found, vec![del("/a", 3)]);
     }
 
@@ -304,7 +327,7 @@ mod tests {
     fn records_left_from_before_a_reset_are_never_replayed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("wal");
-        let (mut wal, _) = Wal::open(&path, 0).expect("open");
+        let (mut wal, _) = Wal::open(&path, 0, std::sync::Arc::new(Fdatasync)).expect("open");
         for r in 1..=20 {
             wal.append(&[put("/old", r)]).expect("append");
         }
@@ -312,13 +335,13 @@ mod tests {
         wal.reset();
         wal.append(&[put("/new", 21)]).expect("append");
         drop(wal);
-        let (_, found) = Wal::open(&path, 20).expect("reopen");
+        let (_, found) = Wal::open(&path, 20, std::sync::Arc::new(Fdatasync)).expect("reopen");
         assert_eq!(found, vec![put("/new", 21)]);
         // A crash right after a reset, before any new record: nothing to do.
-        let (mut wal, _) = Wal::open(&path, 21).expect("reopen");
+        let (mut wal, _) = Wal::open(&path, 21, std::sync::Arc::new(Fdatasync)).expect("reopen");
         wal.reset();
         drop(wal);
-        let (_, found) = Wal::open(&path, 21).expect("reopen");
+        let (_, found) = Wal::open(&path, 21, std::sync::Arc::new(Fdatasync)).expect("reopen");
         assert!(found.is_empty());
     }
 
@@ -326,7 +349,7 @@ mod tests {
     fn a_torn_or_corrupt_record_ends_the_log() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("wal");
-        let (mut wal, _) = Wal::open(&path, 0).expect("open");
+        let (mut wal, _) = Wal::open(&path, 0, std::sync::Arc::new(Fdatasync)).expect("open");
         wal.append(&[put("/a", 1)]).expect("append");
         let second_at = HEADER + wal.len();
         wal.append(&[put("/b", 2)]).expect("append");
@@ -335,7 +358,7 @@ mod tests {
         let mut bytes = std::fs::read(&path).expect("read");
         bytes[second_at as usize + RECORD_HEADER + 3] ^= 0xff;
         std::fs::write(&path, &bytes).expect("write");
-        let (_, found) = Wal::open(&path, 0).expect("reopen");
+        let (_, found) = Wal::open(&path, 0, std::sync::Arc::new(Fdatasync)).expect("reopen");
         assert_eq!(found, vec![put("/a", 1)]);
     }
 
@@ -343,11 +366,11 @@ mod tests {
     fn a_gap_ends_the_log() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("wal");
-        let (mut wal, _) = Wal::open(&path, 0).expect("open");
+        let (mut wal, _) = Wal::open(&path, 0, std::sync::Arc::new(Fdatasync)).expect("open");
         wal.append(&[put("/a", 1)]).expect("append");
         wal.append(&[put("/c", 3)]).expect("append");
         drop(wal);
-        let (_, found) = Wal::open(&path, 0).expect("reopen");
+        let (_, found) = Wal::open(&path, 0, std::sync::Arc::new(Fdatasync)).expect("reopen");
         assert_eq!(found, vec![put("/a", 1)]);
     }
 
@@ -356,7 +379,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("wal");
         std::fs::write(&path, b"something else entirely").expect("write");
-        assert!(matches!(Wal::open(&path, 0), Err(Error::Foreign { .. })));
+        assert!(matches!(
+            Wal::open(&path, 0, std::sync::Arc::new(Fdatasync)),
+            Err(Error::Foreign { .. })
+        ));
         assert_eq!(
             std::fs::read(&path).expect("read"),
             b"something else entirely"

@@ -80,6 +80,8 @@ pub(crate) enum Command {
     },
     /// Make everything committed durable in redb and start the log over.
     Checkpoint,
+    /// Answer whether writes are accepted (the health check).
+    Check { reply: oneshot::Sender<Result<()>> },
 }
 
 /// The events of one committed batch, shared by every watcher.
@@ -223,6 +225,16 @@ impl Writer {
                 if self.last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
                     self.checkpoint();
                 }
+            }
+            Command::Check { reply } => {
+                let answer = match &self.failed {
+                    Some(failed) => Err(Error::Unavailable {
+                        context: failed.clone(),
+                        source: None,
+                    }),
+                    None => Ok(()),
+                };
+                let _ = reply.send(answer);
             }
             Command::Compact { revision, reply } => {
                 let result = self.start_compaction(revision);

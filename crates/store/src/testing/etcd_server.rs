@@ -109,6 +109,13 @@ impl EtcdServer {
         }
     }
 
+    /// Kills etcd (SIGKILL), leaving its data: the store behind it stops
+    /// answering until [`restart`](EtcdServer::restart).
+    pub fn stop(&mut self) -> std::io::Result<()> {
+        self.child.kill()?;
+        self.child.wait().map(|_| ())
+    }
+
     async fn wait_ready(&mut self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {

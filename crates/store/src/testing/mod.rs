@@ -19,6 +19,82 @@ use crate::Store;
 use crate::embedded::{EmbeddedConfig, EmbeddedStore};
 use crate::etcd::{EtcdConfig, EtcdStore};
 
+/// A [`Syncer`](crate::embedded::Syncer) a test steers: it counts the
+/// log's syncs, can hold them (the writer waits until released) and can
+/// fail them — to prove a write is acknowledged only after its sync, and
+/// that a failed sync is a failed write and an unhealthy store.
+#[derive(Debug, Default)]
+pub struct ControlledSync {
+    syncs: std::sync::atomic::AtomicU64,
+    mode: std::sync::Mutex<SyncMode>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum SyncMode {
+    #[default]
+    Pass,
+    Hold,
+    Fail,
+}
+
+impl ControlledSync {
+    pub fn new() -> Arc<Self> {
+        Arc::new(ControlledSync::default())
+    }
+
+    /// Syncs started so far.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn set(&self, mode: SyncMode) {
+        *self.mode.lock().unwrap_or_else(|e| e.into_inner()) = mode;
+        self.changed.notify_all();
+    }
+
+    /// Syncs wait from now on until [`release`](ControlledSync::release).
+    pub fn hold(&self) {
+        self.set(SyncMode::Hold);
+    }
+
+    pub fn release(&self) {
+        self.set(SyncMode::Pass);
+    }
+
+    /// Every sync fails from now on, as a failing disk's would.
+    pub fn fail(&self) {
+        self.set(SyncMode::Fail);
+    }
+}
+
+impl crate::embedded::Syncer for ControlledSync {
+    fn sync(&self, file: &std::fs::File) -> std::io::Result<()> {
+        self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut mode = self.mode.lock().unwrap_or_else(|e| e.into_inner());
+        while *mode == SyncMode::Hold {
+            mode = self.changed.wait(mode).unwrap_or_else(|e| e.into_inner());
+        }
+        match *mode {
+            SyncMode::Fail => Err(std::io::Error::other("injected sync failure")),
+            _ => file.sync_data(),
+        }
+    }
+}
+
+/// An embedded store in a fresh temporary directory whose log syncs
+/// `sync` steers.
+pub async fn embedded_with_sync(sync: Arc<ControlledSync>) -> TestStore {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut config = EmbeddedConfig::new(dir.path().join("db"));
+    config.syncer = sync;
+    let store = EmbeddedStore::open(config).expect("open embedded store");
+    TestStore {
+        store: Arc::new(store),
+        _guard: Box::new(dir),
+    }
+}
+
 /// A store for one test, with whatever must live as long as it.
 pub struct TestStore {
     pub store: Arc<dyn Store>,
