@@ -147,6 +147,7 @@ pub struct Cache {
     triggered: Mutex<HashMap<String, broadcast::Sender<Arc<CachedEvent>>>>,
     revision: watch::Sender<u64>,
     progress: tokio::sync::Notify,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// A snapshot of the objects under a key prefix at one revision.
@@ -270,28 +271,52 @@ impl Cache {
         }
     }
 
+    /// A stored value, decoded; one that is not JSON is reported, counted
+    /// (`apiserver_storage_decode_errors_total`) and `None`.
+    fn decode(&self, kv: &rudder_store::KeyValue) -> Option<Value> {
+        match serde_json::from_slice::<Value>(&kv.value) {
+            Ok(value) => Some(value),
+            Err(error) => {
+                tracing::error!(key = %String::from_utf8_lossy(&kv.key), revision = kv.mod_revision, %error, "watch cache: a stored object cannot be decoded; it is not served");
+                self.metrics.decode_error(&self.prefix);
+                None
+            }
+        }
+    }
+
     fn apply(&self, event: &Event) -> Option<Arc<CachedEvent>> {
         let revision = event.revision();
-        let decode = |kv: &rudder_store::KeyValue| serde_json::from_slice::<Value>(&kv.value).ok();
-        let prev_value = event.prev.as_ref().and_then(decode);
+        let prev_value = event.prev.as_ref().and_then(|p| self.decode(p));
         let prev = event
             .prev
             .as_ref()
             .zip(prev_value.clone())
             .map(|(p, v)| Cached::new(v, p.mod_revision, self.fields));
-        let object = match event.kind {
-            EventKind::Deleted => Cached::new(prev_value?, revision, self.fields),
-            _ => Cached::new(decode(&event.kv)?, revision, self.fields),
+        let (kind, object) = match event.kind {
+            EventKind::Deleted => (
+                EventKind::Deleted,
+                Cached::new(prev_value?, revision, self.fields),
+            ),
+            _ => match self.decode(&event.kv) {
+                Some(value) => (event.kind, Cached::new(value, revision, self.fields)),
+                // Never serve a stale object as current: the undecodable
+                // new value takes the old one out of lists and watches
+                // (GETs read the store and fail loudly).
+                None => (
+                    EventKind::Deleted,
+                    Cached::new(prev_value?, revision, self.fields),
+                ),
+            },
         };
         let cached = Arc::new(CachedEvent::Change {
-            kind: event.kind,
+            kind,
             revision,
             object: object.clone(),
             prev,
             received: std::time::Instant::now(),
         });
         let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
-        match event.kind {
+        match kind {
             EventKind::Deleted => contents.objects.remove(&event.kv.key),
             _ => contents.objects.insert(event.kv.key.clone(), object),
         };
@@ -349,7 +374,7 @@ impl Cache {
         let revision = page.revision;
         let mut objects = BTreeMap::new();
         for kv in &page.kvs {
-            if let Ok(value) = serde_json::from_slice::<Value>(&kv.value) {
+            if let Some(value) = self.decode(kv) {
                 objects.insert(
                     kv.key.clone(),
                     Cached::new(value, kv.mod_revision, self.fields),
@@ -464,6 +489,7 @@ impl Caches {
         fields: &'static [&'static str],
         store: &Arc<dyn Store>,
         cancel: &CancellationToken,
+        metrics: &Arc<crate::metrics::Metrics>,
     ) -> Arc<Cache> {
         let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cache) = caches.get(prefix) {
@@ -478,6 +504,7 @@ impl Caches {
             triggered: Mutex::new(HashMap::new()),
             revision: watch::channel(0).0,
             progress: tokio::sync::Notify::new(),
+            metrics: metrics.clone(),
         });
         tokio::spawn(cache.clone().run(store.clone(), cancel.clone()));
         caches.insert(prefix.to_string(), cache.clone());

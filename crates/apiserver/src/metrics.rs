@@ -72,6 +72,8 @@ pub struct Metrics {
     store: Mutex<BTreeMap<(String, String), Histogram>>,
     rejected: AtomicU64,
     delivery: Mutex<Histogram>,
+    /// Stored values the watch cache could not decode, per resource prefix.
+    decode_errors: Mutex<BTreeMap<String, u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -109,6 +111,13 @@ impl Metrics {
         self.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A stored value under `prefix` that could not be decoded.
+    pub fn decode_error(&self, prefix: &str) {
+        *lock(&self.decode_errors)
+            .entry(prefix.to_string())
+            .or_default() += 1;
+    }
+
     fn store_op(&self, operation: &str, kind: &str, took: Duration) {
         lock(&self.store)
             .entry((operation.to_string(), kind.to_string()))
@@ -120,6 +129,13 @@ impl Metrics {
     /// being served now.
     pub fn render(&self, inflight: usize) -> String {
         let mut out = String::new();
+        out.push_str("# HELP apiserver_storage_decode_errors_total Number of stored objects that could not be decoded.\n# TYPE apiserver_storage_decode_errors_total counter\n");
+        for (prefix, n) in lock(&self.decode_errors).iter() {
+            let _ = writeln!(
+                out,
+                "apiserver_storage_decode_errors_total{{prefix=\"{prefix}\"}} {n}"
+            );
+        }
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource and HTTP response code.\n# TYPE apiserver_request_total counter\n");
         for ((verb, resource, code), n) in lock(&self.requests).iter() {
             let _ = writeln!(

@@ -123,8 +123,13 @@ impl State {
     /// The watch cache of a resource.
     pub fn cache(&self, def: &rudder_api::ResourceDef) -> Arc<Cache> {
         let fields = rudder_api::selector::fields_of(def);
-        self.caches
-            .get(&def.key_prefix(), fields, &self.store, &self.shutdown)
+        self.caches.get(
+            &def.key_prefix(),
+            fields,
+            &self.store,
+            &self.shutdown,
+            &self.metrics,
+        )
     }
 }
 

@@ -16,6 +16,16 @@ pub fn free_port() -> std::io::Result<u16> {
 /// Starts `binary server` on loopback, on `port`, with its state in
 /// `data_dir`; its output is discarded.
 pub fn spawn_server(binary: &Path, data_dir: &Path, port: u16) -> std::io::Result<Child> {
+    spawn_server_with(binary, data_dir, port, &[])
+}
+
+/// The same, with more `rudder server` flags (`--disable-controllers`).
+pub fn spawn_server_with(
+    binary: &Path,
+    data_dir: &Path,
+    port: u16,
+    extra: &[&str],
+) -> std::io::Result<Child> {
     Command::new(binary)
         .args([
             "server",
@@ -27,6 +37,7 @@ pub fn spawn_server(binary: &Path, data_dir: &Path, port: u16) -> std::io::Resul
             "--data-dir",
         ])
         .arg(data_dir)
+        .args(extra)
         .env("RUDDER_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

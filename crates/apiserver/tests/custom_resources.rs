@@ -265,6 +265,16 @@ async fn a_derived_custom_resource_round_trips() {
         .expect("delete the rival");
 
     // Deleting the definition deletes its objects and the resource.
+    let stored = server
+        .store()
+        .list(b"/registry/rudder.example.com/gadgets/", Default::default())
+        .await
+        .expect("list the store");
+    assert_eq!(
+        stored.kvs.len(),
+        2,
+        "the objects are where the check below looks"
+    );
     crds.delete("gadgets.rudder.example.com", &DeleteParams::default())
         .await
         .expect("delete the definition");
@@ -289,4 +299,15 @@ async fn a_derived_custom_resource_round_trips() {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 404),
         other => panic!("the resource is still served: {other:?}"),
     }
+    // Its objects are gone from the store, not only from view.
+    let left = server
+        .store()
+        .list(b"/registry/rudder.example.com/gadgets/", Default::default())
+        .await
+        .expect("list the store");
+    assert!(
+        left.kvs.is_empty(),
+        "{} objects outlived their definition",
+        left.kvs.len()
+    );
 }

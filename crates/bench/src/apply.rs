@@ -68,16 +68,17 @@ fn kubectl_style_patch(tag: &str) -> Value {
     })
 }
 
-/// Mean microseconds per call of `f` over `n` calls.
-fn time_us<F: FnMut(usize)>(n: usize, mut f: F) -> f64 {
+/// Mean microseconds per call of `f` over `n` calls; every call must
+/// succeed (a fast failure is no speed-up).
+fn time_us<F: FnMut(usize) -> anyhow::Result<()>>(n: usize, mut f: F) -> anyhow::Result<f64> {
     for i in 0..n.min(100) {
-        f(i);
+        f(i)?;
     }
     let start = Instant::now();
     for i in 0..n {
-        f(i);
+        f(i)?;
     }
-    start.elapsed().as_secs_f64() * 1e6 / n as f64
+    Ok(start.elapsed().as_secs_f64() * 1e6 / n as f64)
 }
 
 fn in_process(iterations: usize) -> anyhow::Result<(f64, f64)> {
@@ -87,10 +88,30 @@ fn in_process(iterations: usize) -> anyhow::Result<(f64, f64)> {
     let patches: Vec<Value> = (0..8)
         .map(|i| kubectl_style_patch(&i.to_string()))
         .collect();
+    // What each patch must produce, checked before timing: its image and
+    // env change made, nothing else touched.
+    let mut expected_smp = Vec::new();
+    for (i, patch) in patches.iter().enumerate() {
+        let out = strategic::apply(types, &root, &original, patch)
+            .map_err(|e| anyhow::anyhow!("patch {i} failed: {}", e.message))?;
+        let web = &out["spec"]["template"]["spec"]["containers"][0];
+        anyhow::ensure!(
+            web["image"] == json!(format!("registry.local/web:{i}"))
+                && web["env"][1] == json!({"name": "LOG_LEVEL", "value": "debug"})
+                && web["env"].as_array().map(Vec::len) == Some(3)
+                && out["spec"]["template"]["spec"]["containers"][1]
+                    == original["spec"]["template"]["spec"]["containers"][1],
+            "patch {i} made the wrong object"
+        );
+        expected_smp.push(out);
+    }
     let smp_us = time_us(iterations, |i| {
-        let out = strategic::apply(types, &root, &original, &patches[i % patches.len()]);
-        std::hint::black_box(out.ok());
-    });
+        let k = i % patches.len();
+        let out = strategic::apply(types, &root, &original, &patches[k])
+            .map_err(|e| anyhow::anyhow!("patch failed: {}", e.message))?;
+        anyhow::ensure!(out == expected_smp[k], "patch {k} made another object");
+        Ok(())
+    })?;
 
     let scope = Scope {
         types,
@@ -109,16 +130,26 @@ fn in_process(iterations: usize) -> anyhow::Result<(f64, f64)> {
     live["status"] = json!({"replicas": 3, "readyReplicas": 3});
     managed::update(&scope, Some(&first), &mut live, "kube-controller-manager");
     let configs: Vec<Value> = (0..8).map(|i| deployment(&i.to_string(), 3)).collect();
-    let ssa_us = time_us(iterations, |i| {
-        let out = managed::apply(
-            &scope,
-            Some(&live),
-            &configs[i % configs.len()],
-            "kubectl",
-            false,
+    let mut expected_ssa = Vec::new();
+    for (i, config) in configs.iter().enumerate() {
+        let out = managed::apply(&scope, Some(&live), config, "kubectl", false)
+            .map_err(|c| anyhow::anyhow!("apply {i} conflicts: {}", c.len()))?;
+        anyhow::ensure!(
+            out["spec"]["template"]["spec"]["containers"][0]["image"]
+                == json!(format!("registry.local/web:{i}"))
+                && out["status"] == live["status"]
+                && out["metadata"]["managedFields"].as_array().map(Vec::len) == Some(2),
+            "apply {i} made the wrong object"
         );
-        std::hint::black_box(out.ok());
-    });
+        expected_ssa.push(out);
+    }
+    let ssa_us = time_us(iterations, |i| {
+        let k = i % configs.len();
+        let out = managed::apply(&scope, Some(&live), &configs[k], "kubectl", false)
+            .map_err(|c| anyhow::anyhow!("apply conflicts: {}", c.len()))?;
+        anyhow::ensure!(out == expected_ssa[k], "apply {k} made another object");
+        Ok(())
+    })?;
     Ok((smp_us, ssa_us))
 }
 
@@ -260,8 +291,8 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             Metric::new("ssa_patch_p50_ms", "ms", ssa_p50),
         ],
         conditions: vec![
-            format!("`smp_us`: `rudder_api::patch::strategic::apply` (what the PATCH handler runs) of the patch `kubectl apply` sends for an image and env change — `$setElementOrder` on containers and env — to a 3-container Deployment (ports, env, resources, probes, mounts, volumes), mean over {iterations} calls in process"),
-            format!("`ssa_us`: `rudder_api::managed::apply` of that Deployment's full configuration (a changed image) onto the live object applied before by the same manager and updated by a controller: merge, field sets, pruning, conflict check and managedFields, mean over {iterations} calls in process"),
+            format!("`smp_us`: `rudder_api::patch::strategic::apply` (what the PATCH handler runs) of the patch `kubectl apply` sends for an image and env change — `$setElementOrder` on containers and env — to a 3-container Deployment (ports, env, resources, probes, mounts, volumes), mean over {iterations} calls in process, each result checked equal to the expected object (computed and verified before timing)"),
+            format!("`ssa_us`: `rudder_api::managed::apply` of that Deployment's full configuration (a changed image) onto the live object applied before by the same manager and updated by a controller: merge, field sets, pruning, conflict check and managedFields, mean over {iterations} calls in process, each result checked equal to the expected object"),
             "`kubectl_apply_1000_s`: kubectl 1.33 `apply -f` of 1,000 objects (ConfigMaps, Services, 3-container Deployments, a third each) into an empty namespace of `rudder server` (release build, embedded store, HTTPS), process start to exit; `kubectl_apply_1000_configured_s`: the same file applied again with every object changed (three-way strategic merge patches)".into(),
             format!("`smp_patch_p50_ms`, `ssa_patch_p50_ms`: median latency of {requests} sequential PATCH requests of each kind from kube-rs over HTTPS, same server"),
         ],

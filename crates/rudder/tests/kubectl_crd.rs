@@ -287,7 +287,12 @@ fn a_custom_resource_definition_with_kubectl() {
                 None,
                 "deleted",
             );
-            k.refuse(f, "the resource is gone", &["get", &resource], "");
+            k.refuse(
+                f,
+                "the resource is gone",
+                &["get", &resource],
+                "the server doesn't have a resource type \"widgets\"",
+            );
         },
     );
 }

@@ -1,8 +1,10 @@
 //! `rudder server` as a user runs it: it opens its store, stops cleanly on
-//! SIGTERM keeping what it had, and refuses a data path it does not own.
+//! SIGTERM keeping what it had (an object written before is there after a
+//! restart), keeps its data private, and refuses a data path it does not
+//! own.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn rudder() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_rudder"));
@@ -10,30 +12,57 @@ fn rudder() -> Command {
     command
 }
 
-fn wait_for_file(path: &std::path::Path, within: Duration) {
-    let deadline = Instant::now() + within;
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} did not appear",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_stops_cleanly_on_sigterm_and_keeps_what_it_had() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    use std::os::unix::fs::PermissionsExt;
 
-#[test]
-fn server_opens_its_store_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for _ in 0..2 {
+    let data = dir.path().join("data");
+    let port = rudder_apiserver::testing::free_port().expect("a free port");
+    let mut uid = None;
+    for round in 0..2 {
         let child = rudder()
-            .args(["server", "--data-dir"])
-            .arg(dir.path())
+            .args([
+                "server",
+                "--bind-address",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--data-dir",
+            ])
+            .arg(&data)
             .stderr(Stdio::piped())
             .spawn()
             .expect("start rudder server");
-        wait_for_file(&dir.path().join("db.wal"), Duration::from_secs(20));
-        std::thread::sleep(Duration::from_millis(300));
+        let client = rudder_apiserver::testing::connect(
+            &data.join("kubeconfig.yaml"),
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("ready");
+        let config_maps: Api<ConfigMap> = Api::namespaced(client, "default");
+        if round == 0 {
+            let mut object = ConfigMap::default();
+            object.metadata.name = Some("kept".into());
+            object.data = Some([("a".to_string(), "b".to_string())].into());
+            let created = config_maps
+                .create(&PostParams::default(), &object)
+                .await
+                .expect("create");
+            uid = created.metadata.uid;
+        } else {
+            let kept = config_maps
+                .get("kept")
+                .await
+                .expect("kept across the restart");
+            assert_eq!(kept.metadata.uid, uid, "the same object");
+            assert_eq!(
+                kept.data.and_then(|d| d.get("a").cloned()).as_deref(),
+                Some("b")
+            );
+        }
         let status = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()
@@ -44,6 +73,20 @@ fn server_opens_its_store_and_stops_cleanly_on_sigterm() {
         assert!(output.status.success(), "exit {:?}: {log}", output.status);
         assert!(log.contains("store ready"), "{log}");
         assert!(log.contains("shutting down"), "{log}");
+    }
+    // The data dir and everything secret in it are the owner's alone.
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    for file in [
+        "db",
+        "db.wal",
+        "kubeconfig.yaml",
+        "tls/ca.key",
+        "tls/server.key",
+        "tls/admin.key",
+    ] {
+        assert_eq!(mode(&data.join(file)), 0o600, "{file}");
     }
 }
 

@@ -29,7 +29,7 @@ pub const NAMESPACE_INDEX: &str = "namespace";
 pub const OWNER_INDEX: &str = "owner";
 
 /// Changes buffered per informer for subscribers that are behind.
-const FAN_OUT_BUFFER: usize = 4096;
+const FAN_OUT_BUFFER: usize = 1024;
 
 /// What an object type must be to be informed on.
 pub trait Object: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static {}

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use rudder_store::testing::{ControlledSync, embedded_with_sync};
 use rudder_store::Error;
+use rudder_store::testing::{ControlledSync, embedded_with_sync};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_write_is_acknowledged_before_its_log_is_synced() {
