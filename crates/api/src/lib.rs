@@ -1,29 +1,51 @@
-//! The Kubernetes API machinery, pure (no I/O, no async runtime): the
-//! resource registry, the object model, defaulting and validation, label and
-//! field selectors, patches, `Status` errors and Table rows.
+//! The Kubernetes API machinery, pure (no I/O, no async runtime).
+//!
+//! **What every API client needs** — controllers, the scheduler and the
+//! node agent use these, as well as the API server:
+//!
+//! - [`meta`]: owner references and status conditions;
+//! - [`selector`]: label and field selectors, parsed and matched as upstream;
+//! - [`quantity`]: resource quantities, parsed and in canonical form;
+//! - [`time`]: timestamps and durations, and the [`time::Clock`] seam;
+//! - [`status`]: `Status` errors ([`Status`], [`Cause`]);
+//! - [`network`]: the cluster's address ranges.
+//!
+//! **The API server's machinery** — what serving the API takes, which a
+//! client never calls: the resource [`registry`] and each kind's
+//! [`strategy`]; preparing objects for the store ([`object`], [`defaults`],
+//! [`validation`], [`update`], [`conversion`]); custom resources ([`crd`]);
+//! managed fields and server-side apply ([`managed`], [`structure`]);
+//! patches ([`patch`]); OpenAPI ([`openapi`], [`openapi_pb`]); protobuf
+//! bodies ([`protobuf`]); Table rows ([`table`]); JSON with duplicate keys
+//! ([`json`]).
 
-mod builtin;
-pub mod registry;
+// For every API client.
+pub mod meta;
+pub mod network;
+pub mod quantity;
+pub mod selector;
 pub mod status;
+pub mod time;
 
-pub use registry::{Registry, ResourceDef};
 pub use status::{Cause, Status};
+
+// The API server's machinery.
+mod builtin;
 pub mod conversion;
 pub mod crd;
 pub mod defaults;
 pub mod json;
 pub mod managed;
-pub mod network;
 pub mod object;
 pub mod openapi;
 pub mod openapi_pb;
 pub mod patch;
 pub mod protobuf;
-pub mod quantity;
-pub mod selector;
+pub mod registry;
 pub mod strategy;
 pub mod structure;
 pub mod table;
-pub mod time;
 pub mod update;
 pub mod validation;
+
+pub use registry::{Registry, ResourceDef};

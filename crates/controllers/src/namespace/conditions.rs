@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use rudder_runtime::meta::Condition;
+use rudder_api::meta::Condition;
 
 /// What one pass of content deletion found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -328,10 +328,7 @@ async fn update_conditions(
     found: &Found,
 ) -> Result<(), Error> {
     let name = namespace.name_any();
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::from_second(rudder_api::time::unix_seconds(ctx.clock.now()))
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-    );
+    let now = ctx.clock.now_rfc3339();
     let mut list: Vec<Value> = namespace
         .status
         .as_ref()
