@@ -28,6 +28,23 @@ pub const NAMESPACE_INDEX: &str = "namespace";
 /// The index of every store by the uids of the objects' owners.
 pub const OWNER_INDEX: &str = "owner";
 
+/// The index of a Pod store by node (`spec.nodeName`), as the node agent
+/// and the scheduler ask "which pods are on this node"; added with
+/// [`index_pods_by_node`].
+pub const NODE_INDEX: &str = "node";
+
+/// Indexes a store of Pods by the node they are bound to.
+pub fn index_pods_by_node(store: &Store<k8s_openapi::api::core::v1::Pod>) {
+    store.add_index(NODE_INDEX, |pod| {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty())
+            .into_iter()
+            .collect()
+    });
+}
+
 /// Changes buffered per informer for subscribers that are behind.
 const FAN_OUT_BUFFER: usize = 1024;
 
@@ -529,6 +546,32 @@ mod tests {
         assert_eq!(store.by_index("name", "x").len(), 1);
         assert_eq!(store.by_index(OWNER_INDEX, "u1").len(), 0);
         assert!(store.get_in(Some("b"), "x").is_some());
+    }
+
+    #[test]
+    fn pods_are_found_by_node() {
+        use k8s_openapi::api::core::v1::{Pod, PodSpec};
+        let store: Store<Pod> = Store::new();
+        index_pods_by_node(&store);
+        let pod = |name: &str, node: Option<&str>| Pod {
+            metadata: ObjectMeta {
+                namespace: Some("ns".into()),
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        store.apply(pod("a", Some("n1")));
+        store.apply(pod("b", Some("n1")));
+        store.apply(pod("c", None));
+        assert_eq!(store.by_index(NODE_INDEX, "n1").len(), 2);
+        store.apply(pod("b", Some("n2")));
+        assert_eq!(store.by_index(NODE_INDEX, "n1").len(), 1);
+        assert_eq!(store.by_index(NODE_INDEX, "n2").len(), 1);
     }
 
     #[test]
