@@ -5,6 +5,32 @@
 
 use serde_json::{Value, json};
 
+/// The strings of the list at `pointer` (`/metadata/finalizers`).
+pub fn strings_at(object: &Value, pointer: &str) -> Vec<String> {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .map(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `object`'s finalizers.
+pub fn finalizers(object: &Value) -> Vec<String> {
+    strings_at(object, "/metadata/finalizers")
+}
+
+/// Whether `object` is being deleted (has a `deletionTimestamp`).
+pub fn is_deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
 /// The owner reference of `object` that names its controller
 /// (`controller: true`), if any.
 pub fn controller_of(object: &Value) -> Option<&Value> {

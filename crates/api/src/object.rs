@@ -417,25 +417,11 @@ pub fn prepare_update(
 /// Upstream's rule that an object being deleted takes no new finalizers
 /// (its own deletion path, which adds the garbage collector's, is exempt).
 fn new_finalizers_of_a_deleted_object(new: &Value, old: &Value) -> Option<Cause> {
-    let deleting = old
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null());
-    if !deleting {
+    if !crate::meta::is_deleting(old) {
         return None;
     }
-    let list = |o: &Value| -> Vec<String> {
-        o.pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .map(|l| {
-                l.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let before = list(old);
-    let mut added: Vec<String> = list(new)
+    let before = crate::meta::finalizers(old);
+    let mut added: Vec<String> = crate::meta::finalizers(new)
         .into_iter()
         .filter(|f| !before.contains(f))
         .collect();

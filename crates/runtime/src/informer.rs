@@ -329,6 +329,14 @@ impl<K: Send + Sync + 'static> Subscription<K> {
             Err(broadcast::error::RecvError::Closed) => None,
         }
     }
+
+    /// [`next`](Subscription::next), or `None` once `stop` fires.
+    pub async fn next_until(&mut self, stop: &CancellationToken) -> Option<Change<K>> {
+        tokio::select! {
+            _ = stop.cancelled() => None,
+            change = self.next() => change,
+        }
+    }
 }
 
 /// A shared informer: its store, its changes, and whether it has listed.

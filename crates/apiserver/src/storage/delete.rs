@@ -139,16 +139,7 @@ pub fn spec_finalizers(def: &ResourceDef, object: &Value) -> Vec<String> {
     if !is_namespace(def) {
         return Vec::new();
     }
-    object
-        .pointer("/spec/finalizers")
-        .and_then(Value::as_array)
-        .map(|l| {
-            l.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    rudder_api::meta::strings_at(object, "/spec/finalizers")
 }
 
 fn is_namespace(def: &ResourceDef) -> bool {

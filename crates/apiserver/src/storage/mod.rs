@@ -301,24 +301,7 @@ pub fn resource_version(object: &Value) -> Result<Option<u64>, Status> {
     }
 }
 
-pub fn is_terminating(object: &Value) -> bool {
-    object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
-}
-
-pub fn finalizers(object: &Value) -> Vec<String> {
-    object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|list| {
-            list.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub use rudder_api::meta::{finalizers, is_deleting as is_terminating};
 
 fn name_of(object: &Value) -> String {
     object

@@ -308,11 +308,7 @@ impl Collector {
         }
         let _ = listed.send(());
         loop {
-            let change = tokio::select! {
-                _ = stop.cancelled() => return,
-                change = changes.next() => change,
-            };
-            match change {
+            match changes.next_until(&stop).await {
                 None => return,
                 Some(Change::Applied { new, .. }) => {
                     if let Some(seen) = observed(&resource, &new) {

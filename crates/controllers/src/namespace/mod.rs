@@ -84,11 +84,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
         let (stop, store) = (stop.clone(), store.clone());
         async move {
             loop {
-                let change = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    change = changes.next() => change,
-                };
-                match change {
+                match changes.next_until(&stop).await {
                     None => return,
                     // Its own status writes (the conditions) bring nothing
                     // new: only a change of what deletion depends on does.
