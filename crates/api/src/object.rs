@@ -448,10 +448,23 @@ fn copy_pointer(to: &mut Value, from: &Value, pointer: &str) {
     };
     match from.pointer(pointer) {
         Some(value) => {
-            if to.pointer(parent).is_none() && !parent.is_empty() {
-                crate::crd::set_path(to, &parent.replace('/', "."), json!({}));
+            // Make the parents objects (`"spec": null` included).
+            let mut at = &mut *to;
+            for segment in parent.split('/').filter(|s| !s.is_empty()) {
+                if !at.is_object() {
+                    *at = json!({});
+                }
+                let Some(object) = at.as_object_mut() else {
+                    return;
+                };
+                at = object
+                    .entry(segment.to_string())
+                    .or_insert_with(|| json!({}));
             }
-            if let Some(object) = to.pointer_mut(parent).and_then(Value::as_object_mut) {
+            if !at.is_object() {
+                *at = json!({});
+            }
+            if let Some(object) = at.as_object_mut() {
                 object.insert(field.to_string(), value.clone());
             }
         }
@@ -609,6 +622,25 @@ mod tests {
             unknown_fields(def, &object).expect_err("type error").code,
             400
         );
+    }
+
+    #[test]
+    fn the_main_endpoint_keeps_a_namespaces_finalizers_even_from_a_null_spec() {
+        let registry = Registry::builtin();
+        let def = registry.get("", "v1", "namespaces").expect("def");
+        let old = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "n", "uid": "u", "creationTimestamp": "2026-11-30T00:00:00Z"},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+        for spec in [json!(null), json!({}), json!({"finalizers": []})] {
+            let mut new = old.clone();
+            new["spec"] = spec.clone();
+            prepare_update(def, &mut new, &old, Part::Main).expect("valid");
+            assert_eq!(new["spec"]["finalizers"], json!(["kubernetes"]), "{spec}");
+        }
+        let mut finalized = old.clone();
+        finalized["spec"] = json!({"finalizers": []});
+        prepare_update(def, &mut finalized, &old, Part::Finalize).expect("valid");
+        assert_eq!(finalized["spec"]["finalizers"], json!([]));
     }
 
     #[test]

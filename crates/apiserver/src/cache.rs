@@ -107,12 +107,20 @@ pub enum CachedEvent {
     },
     /// Nothing is pending up to this revision.
     Progress(u64),
+    /// A stored value under the cache's prefix cannot be decoded: every
+    /// watcher ends with an error (as upstream's watcher sends one), and
+    /// lists fail until the value is repaired — never a made-up delete,
+    /// which would send informers and the garbage collector after an
+    /// object that still exists.
+    Broken { revision: u64, error: Status },
 }
 
 impl CachedEvent {
     pub fn revision(&self) -> u64 {
         match self {
-            CachedEvent::Change { revision, .. } | CachedEvent::Progress(revision) => *revision,
+            CachedEvent::Change { revision, .. }
+            | CachedEvent::Progress(revision)
+            | CachedEvent::Broken { revision, .. } => *revision,
         }
     }
 }
@@ -126,6 +134,8 @@ struct Contents {
     /// Watches from this revision on can be served from `history`.
     oldest: u64,
     ready: bool,
+    /// Keys whose stored value cannot be decoded, and why.
+    undecodable: BTreeMap<Bytes, String>,
 }
 
 /// The field whose value routes events to the watchers that select it
@@ -271,43 +281,101 @@ impl Cache {
         }
     }
 
-    /// A stored value, decoded; one that is not JSON is reported, counted
-    /// (`apiserver_storage_decode_errors_total`) and `None`.
-    fn decode(&self, kv: &rudder_store::KeyValue) -> Option<Value> {
-        match serde_json::from_slice::<Value>(&kv.value) {
-            Ok(value) => Some(value),
-            Err(error) => {
-                tracing::error!(key = %String::from_utf8_lossy(&kv.key), revision = kv.mod_revision, %error, "watch cache: a stored object cannot be decoded; it is not served");
-                self.metrics.decode_error(&self.prefix);
-                None
-            }
+    /// The resource this cache holds, as upstream's metrics name it
+    /// (`configmaps`, `deployments.apps`).
+    fn resource(&self) -> String {
+        let parts: Vec<&str> = self.prefix.trim_matches('/').split('/').collect();
+        match parts.as_slice() {
+            [_, "core", plural, ..] => (*plural).to_string(),
+            [_, group, plural, ..] => format!("{plural}.{group}"),
+            _ => self.prefix.clone(),
+        }
+    }
+
+    /// Records that `key`'s stored value cannot be decoded (reported and
+    /// counted once per key, in `apiserver_storage_decode_errors_total`);
+    /// returns the error lists and watchers get.
+    fn undecodable(
+        &self,
+        contents: &mut Contents,
+        key: &Bytes,
+        revision: u64,
+        error: &serde_json::Error,
+    ) -> Status {
+        let name = String::from_utf8_lossy(key).into_owned();
+        let reason =
+            format!("the stored object {name:?} at revision {revision} cannot be decoded: {error}");
+        if contents
+            .undecodable
+            .insert(key.clone(), reason.clone())
+            .is_none()
+        {
+            tracing::error!(key = %name, revision, %error, "watch cache: a stored object cannot be decoded; this resource's lists and watches fail until it is repaired");
+            self.metrics.decode_error(&self.resource());
+        }
+        Status::internal(reason)
+    }
+
+    /// Fails while a stored value under `prefix` cannot be decoded, as
+    /// upstream's lists do: rather an error than a list without an object
+    /// that exists.
+    pub fn check_decodable(&self, prefix: &str) -> Result<(), Status> {
+        let contents = self.contents.read().unwrap_or_else(|e| e.into_inner());
+        match contents
+            .undecodable
+            .iter()
+            .find(|(key, _)| key.starts_with(prefix.as_bytes()))
+        {
+            Some((_, reason)) => Err(Status::internal(reason.clone())),
+            None => Ok(()),
         }
     }
 
     fn apply(&self, event: &Event) -> Option<Arc<CachedEvent>> {
         let revision = event.revision();
-        let prev_value = event.prev.as_ref().and_then(|p| self.decode(p));
-        let prev = event
-            .prev
-            .as_ref()
-            .zip(prev_value.clone())
-            .map(|(p, v)| Cached::new(v, p.mod_revision, self.fields));
-        let (kind, object) = match event.kind {
-            EventKind::Deleted => (
-                EventKind::Deleted,
-                Cached::new(prev_value?, revision, self.fields),
-            ),
-            _ => match self.decode(&event.kv) {
-                Some(value) => (event.kind, Cached::new(value, revision, self.fields)),
-                // Never serve a stale object as current: the undecodable
-                // new value takes the old one out of lists and watches
-                // (GETs read the store and fail loudly).
-                None => (
-                    EventKind::Deleted,
-                    Cached::new(prev_value?, revision, self.fields),
-                ),
+        let key = &event.kv.key;
+        let prev = event.prev.as_ref().and_then(|p| {
+            serde_json::from_slice::<Value>(&p.value)
+                .ok()
+                .map(|v| Cached::new(v, p.mod_revision, self.fields))
+        });
+        let object = match event.kind {
+            EventKind::Deleted => {
+                let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
+                // A deleted key is no longer undecodable.
+                contents.undecodable.remove(key);
+                drop(contents);
+                match &prev {
+                    Some(prev) => Cached::new(prev.value(), revision, self.fields),
+                    None => {
+                        // Gone, and never served: nothing to tell watchers.
+                        self.advance(revision);
+                        return None;
+                    }
+                }
+            }
+            _ => match serde_json::from_slice::<Value>(&event.kv.value) {
+                Ok(value) => {
+                    let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
+                    contents.undecodable.remove(key);
+                    drop(contents);
+                    Cached::new(value, revision, self.fields)
+                }
+                Err(error) => {
+                    let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
+                    let status = self.undecodable(&mut contents, key, revision, &error);
+                    // Lists fail from now on; the stale object is not
+                    // served either way.
+                    contents.objects.remove(key);
+                    contents.revision = revision;
+                    return Some(Arc::new(CachedEvent::Broken {
+                        revision,
+                        error: status,
+                    }));
+                }
             },
         };
+        let kind = event.kind;
         let cached = Arc::new(CachedEvent::Change {
             kind,
             revision,
@@ -373,12 +441,16 @@ impl Cache {
             .await?;
         let revision = page.revision;
         let mut objects = BTreeMap::new();
+        let mut bad = Vec::new();
         for kv in &page.kvs {
-            if let Some(value) = self.decode(kv) {
-                objects.insert(
-                    kv.key.clone(),
-                    Cached::new(value, kv.mod_revision, self.fields),
-                );
+            match serde_json::from_slice::<Value>(&kv.value) {
+                Ok(value) => {
+                    objects.insert(
+                        kv.key.clone(),
+                        Cached::new(value, kv.mod_revision, self.fields),
+                    );
+                }
+                Err(error) => bad.push((kv.key.clone(), kv.mod_revision, error)),
             }
         }
         let mut stream = store
@@ -389,13 +461,22 @@ impl Cache {
             .await?;
         {
             let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
+            // Keys already known to be undecodable are not reported again.
+            let known = std::mem::take(&mut contents.undecodable);
             *contents = Contents {
                 objects,
                 revision,
                 history: VecDeque::new(),
                 oldest: revision,
                 ready: true,
+                undecodable: known,
             };
+            let bad_keys: std::collections::BTreeSet<Bytes> =
+                bad.iter().map(|(key, _, _)| key.clone()).collect();
+            contents.undecodable.retain(|key, _| bad_keys.contains(key));
+            for (key, revision, error) in &bad {
+                self.undecodable(&mut contents, key, *revision, error);
+            }
         }
         self.revision.send_replace(revision);
         let mut tick = tokio::time::interval(Duration::from_secs(30));
@@ -447,6 +528,12 @@ impl Cache {
     /// the trigger values the object has or had.
     fn dispatch(&self, event: Arc<CachedEvent>) {
         let _ = self.events.send(event.clone());
+        if let CachedEvent::Broken { .. } = event.as_ref() {
+            // Every watcher, whatever it selects, ends with the error.
+            let mut triggered = self.triggered.lock().unwrap_or_else(|e| e.into_inner());
+            triggered.retain(|_, channel| channel.send(event.clone()).is_ok());
+            return;
+        }
         let CachedEvent::Change { object, prev, .. } = event.as_ref() else {
             return;
         };

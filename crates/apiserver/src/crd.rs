@@ -113,6 +113,7 @@ async fn reconcile(
         .list(def.key_prefix().as_bytes(), ListOptions::default())
         .await?;
     let mut registry = base.clone();
+    let mut terminating = Vec::new();
     let mut taken: BTreeSet<(String, String)> = BTreeSet::new();
     // Names already accepted stay with their definition: those claim first,
     // then newcomers in the order they were created.
@@ -162,7 +163,8 @@ async fn reconcile(
                     registry.add(served);
                 }
             }
-            start_deletion(state, deleting, def, &name);
+            let uid = str_at(&object, "/metadata/uid").to_string();
+            terminating.push((name.clone(), uid));
             continue;
         }
         let now = state.clock.now_rfc3339();
@@ -191,6 +193,10 @@ async fn reconcile(
         }
     }
     state.set_registry(Arc::new(registry));
+    // Only now, with creates refused, do their objects start to go.
+    for (name, uid) in terminating {
+        start_deletion(state, deleting, def, &name, &uid);
+    }
     // Follow from the revision read: our own writes come back as events (a
     // pass that changes nothing), and nobody else's change can slip between.
     Ok(page.revision)
@@ -201,8 +207,14 @@ type Deleting = Arc<std::sync::Mutex<BTreeSet<String>>>;
 
 /// Starts the task that deletes a terminating definition's objects and
 /// then the definition, unless one runs already.
-fn start_deletion(state: &Arc<State>, deleting: &Deleting, def: &ResourceDef, name: &str) {
-    let key = name.to_string();
+fn start_deletion(
+    state: &Arc<State>,
+    deleting: &Deleting,
+    def: &ResourceDef,
+    name: &str,
+    uid: &str,
+) {
+    let key = uid.to_string();
     if !deleting
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -211,10 +223,15 @@ fn start_deletion(state: &Arc<State>, deleting: &Deleting, def: &ResourceDef, na
         return;
     }
     let deleting = deleting.clone();
-    let (state, def, name) = (state.clone(), def.clone(), name.to_string());
+    let (state, def, name, uid) = (
+        state.clone(),
+        def.clone(),
+        name.to_string(),
+        uid.to_string(),
+    );
     tokio::spawn(async move {
         loop {
-            match finish_deletion(&state, &def, &name).await {
+            match finish_deletion(&state, &def, &name, &uid).await {
                 Ok(true) => break,
                 Ok(false) => {}
                 Err(error) => {
@@ -398,7 +415,12 @@ fn anyhow_status(status: Status) -> anyhow::Error {
 /// A definition being deleted: its objects are deleted (their finalizers
 /// holding them as long as they say); once none is left, its finalizer
 /// goes and so does it. Returns whether it is done.
-async fn finish_deletion(state: &State, def: &ResourceDef, name: &str) -> anyhow::Result<bool> {
+async fn finish_deletion(
+    state: &State,
+    def: &ResourceDef,
+    name: &str,
+    uid: &str,
+) -> anyhow::Result<bool> {
     let storage = state.storage();
     let options = WriteOptions::server();
     let crd = match storage.get(def, None, name).await {
@@ -406,6 +428,14 @@ async fn finish_deletion(state: &State, def: &ResourceDef, name: &str) -> anyhow
         Err(status) if status.code == 404 => return Ok(true),
         Err(status) => return Err(anyhow_status(status)),
     };
+    // Another definition of the same name (this one was force-removed and
+    // made again): not this task's to delete.
+    let deleting = crd
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null());
+    if str_at(&crd, "/metadata/uid") != uid || !deleting {
+        return Ok(true);
+    }
     // Any served version addresses every object (they share one prefix).
     let custom = crd::definitions(&crd).into_iter().next();
     let remaining = match &custom {
@@ -483,6 +513,8 @@ async fn finish_deletion(state: &State, def: &ResourceDef, name: &str) -> anyhow
     match storage
         .update(def, None, name, Part::Main, &options, |old| {
             let mut new = old.clone();
+            // The uid pins the update to this definition.
+            new["metadata"]["uid"] = json!(uid);
             if let Some(list) = new
                 .pointer_mut("/metadata/finalizers")
                 .and_then(Value::as_array_mut)

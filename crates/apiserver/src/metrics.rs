@@ -72,7 +72,7 @@ pub struct Metrics {
     store: Mutex<BTreeMap<(String, String), Histogram>>,
     rejected: AtomicU64,
     delivery: Mutex<Histogram>,
-    /// Stored values the watch cache could not decode, per resource prefix.
+    /// Stored values the watch cache could not decode, per resource.
     decode_errors: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -130,10 +130,10 @@ impl Metrics {
     pub fn render(&self, inflight: usize) -> String {
         let mut out = String::new();
         out.push_str("# HELP apiserver_storage_decode_errors_total Number of stored objects that could not be decoded.\n# TYPE apiserver_storage_decode_errors_total counter\n");
-        for (prefix, n) in lock(&self.decode_errors).iter() {
+        for (resource, n) in lock(&self.decode_errors).iter() {
             let _ = writeln!(
                 out,
-                "apiserver_storage_decode_errors_total{{prefix=\"{prefix}\"}} {n}"
+                "apiserver_storage_decode_errors_total{{resource=\"{resource}\"}} {n}"
             );
         }
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource and HTTP response code.\n# TYPE apiserver_request_total counter\n");

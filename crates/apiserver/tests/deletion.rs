@@ -283,12 +283,17 @@ async fn a_terminating_definition_serves_its_objects_until_they_go() {
         "apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "held", "finalizers": ["example.com/hold"]}
     }))
     .expect("thing");
-    let created = loop {
+    let mut created = None;
+    for _ in 0..500 {
         match things.create(&PostParams::default(), &held).await {
-            Ok(created) => break created,
+            Ok(object) => {
+                created = Some(object);
+                break;
+            }
             Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
         }
-    };
+    }
+    let created = created.expect("the custom resource was served within 5 s");
     crds.delete("things.example.com", &DeleteParams::default())
         .await
         .expect("delete the definition");

@@ -1,17 +1,18 @@
 //! A stored value that cannot be decoded (written by something else, or
 //! damaged) is reported and counted, and never served as if the object
-//! were still what it was: lists and watches drop it, a GET fails loudly.
+//! were still what it was — nor as if it were gone: watchers get an error
+//! and lists and GETs fail, as upstream's do, until it is repaired.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams, WatchParams};
 use rudder_apiserver::{Identity, Server, ServerOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_undecodable_value_is_counted_and_not_served() {
+async fn an_undecodable_value_is_an_error_until_it_is_repaired() {
     let store = rudder_store::testing::embedded().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(ServerOptions::new(dir.path(), store.store.clone(), None))
@@ -53,22 +54,34 @@ async fn an_undecodable_value_is_counted_and_not_served() {
         .await
         .expect("damage");
 
-    // Watchers see it go, lists no longer show it, a GET says what is wrong.
+    // Watchers get an error (not a made-up delete), lists and GETs fail.
     let event = tokio::time::timeout(Duration::from_secs(5), watch.try_next())
         .await
-        .expect("an event")
-        .expect("no error")
-        .expect("not ended");
-    assert!(matches!(event, WatchEvent::Deleted(_)), "{event:?}");
-    let listed = api.list(&ListParams::default()).await.expect("list");
-    assert!(
-        listed.items.is_empty(),
-        "a stale object was served as current"
-    );
+        .expect("an event");
+    match event {
+        Ok(Some(kube::api::WatchEvent::Error(status))) => {
+            assert_eq!(status.code, 500);
+            assert!(
+                status.message.contains("cannot be decoded"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected an error event, got {other:?}"),
+    }
+    match api.list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 500, "{status:?}"),
+        other => panic!("a list with an undecodable object: {other:?}"),
+    }
     match api.get("victim").await {
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 500, "{status:?}"),
         other => panic!("a GET of an undecodable object: {other:?}"),
     }
+    let elsewhere: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    elsewhere
+        .list(&ListParams::default())
+        .await
+        .expect("other namespaces still list");
     let metrics = client
         .request_text(
             http::Request::get("/metrics")
@@ -78,9 +91,7 @@ async fn an_undecodable_value_is_counted_and_not_served() {
         .await
         .expect("metrics");
     assert!(
-        metrics.contains(
-            "apiserver_storage_decode_errors_total{prefix=\"/registry/core/configmaps/\"} 1"
-        ),
+        metrics.contains("apiserver_storage_decode_errors_total{resource=\"configmaps\"} 1"),
         "{}",
         metrics
             .lines()
@@ -88,5 +99,17 @@ async fn an_undecodable_value_is_counted_and_not_served() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+
+    // Repaired (here: deleted), the resource serves again.
+    store.store.delete(key, None).await.expect("repair");
+    let mut listed = None;
+    for _ in 0..100 {
+        if let Ok(list) = api.list(&ListParams::default()).await {
+            listed = Some(list);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(listed.expect("lists again once repaired").items.is_empty());
     server.stop().await;
 }

@@ -258,6 +258,18 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let background = cascade(&client, count, PropagationPolicy::Background, "background").await?;
     let foreground = cascade(&client, count, PropagationPolicy::Foreground, "foreground").await?;
     let orphan = cascade(&client, count, PropagationPolicy::Orphan, "orphan").await?;
+    // The orphans go before the namespace figure, which starts from a
+    // cluster holding nothing but what it deletes.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in ["floor", "gc-background", "gc-foreground", "gc-orphan"] {
+        namespaces.delete(ns, &DeleteParams::default()).await?;
+    }
+    for ns in ["floor", "gc-background", "gc-foreground", "gc-orphan"] {
+        until("the earlier namespaces to go", || async {
+            Ok(namespaces.get_opt(ns).await?.is_none())
+        })
+        .await?;
+    }
     let namespace = namespace_delete(&client, count).await?;
 
     let within = |value: f64| Metric::new("", "s", value);

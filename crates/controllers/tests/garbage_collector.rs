@@ -272,12 +272,12 @@ async fn a_custom_resource_owner_and_a_namespaced_owner_of_a_cluster_scoped_obje
         "apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}
     }))
     .expect("gadget");
-    let owner = loop {
-        match gadgets.create(&PostParams::default(), &object).await {
-            Ok(created) => break created,
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-        }
-    };
+    let owner = rudder_harness::eventually(
+        "the custom resource to be served",
+        std::time::Duration::from_secs(10),
+        || async { gadgets.create(&PostParams::default(), &object).await.ok() },
+    )
+    .await;
     let api: Api<ConfigMap> = Api::namespaced(c.admin.clone(), "default");
     config_map(
         &c.admin,

@@ -293,9 +293,11 @@ impl LeaderElector {
                     .config
                     .renew_deadline
                     .saturating_sub(self.clock.now().duration_since(renewed).unwrap_or_default());
+                // The lease counts from when the renewal was sent.
+                let sent = self.clock.now();
                 let attempt = tokio::time::timeout(left, self.try_acquire_or_renew()).await;
                 match attempt {
-                    Ok(Ok(())) => renewed = self.clock.now(),
+                    Ok(Ok(())) => renewed = sent,
                     Ok(Err(error)) => {
                         let since = self.clock.now().duration_since(renewed).unwrap_or_default();
                         tracing::warn!(%error, "leader election: could not renew the lease");

@@ -23,6 +23,14 @@ async fn no_write_is_acknowledged_before_its_log_is_synced() {
     );
 
     sync.hold();
+    // Released however this test ends, so the writer never stays blocked.
+    struct Release(std::sync::Arc<ControlledSync>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.release();
+        }
+    }
+    let _release = Release(sync.clone());
     let writer = {
         let store = store.clone();
         tokio::spawn(async move { store.create(b"/b", Bytes::from("2")).await })

@@ -160,6 +160,7 @@ async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<Cach
     }
     let cache = ctx.state.cache(def);
     cache.wait_for(target).await?;
+    cache.check_decodable(&ctx.prefix())?;
     let mut snapshot = cache.snapshot(&ctx.prefix(), None);
     if def.converts() {
         // The cache holds the stored version: each object converted.

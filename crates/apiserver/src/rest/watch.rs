@@ -205,6 +205,9 @@ pub async fn watch(ctx: Context) -> ApiResult {
         .iter()
         .find(|r| r.equal && r.field == crate::cache::TRIGGER_FIELD)
         .map(|r| r.value.clone());
+    if cache.wait_for(0).await.is_ok() {
+        cache.check_decodable(&prefix)?;
+    }
     if cache.wait_for(0).await.is_ok()
         && let Some(subscription) = cache.subscribe(start, &prefix, trigger.as_deref())
     {
@@ -391,6 +394,7 @@ impl Follow {
             CachedEvent::Progress(revision) => {
                 self.bookmarks.then(|| self.render.bookmark(*revision))
             }
+            CachedEvent::Broken { error, .. } => Some(error_line(error)),
         }
     }
 
@@ -448,8 +452,13 @@ impl Follow {
                 if !self.send(line).await {
                     return;
                 }
-                if let CachedEvent::Change { received, .. } = event.as_ref() {
-                    self.metrics.watch_delivery(received.elapsed());
+                match event.as_ref() {
+                    CachedEvent::Change { received, .. } => {
+                        self.metrics.watch_delivery(received.elapsed())
+                    }
+                    // The error ends the watch: the client lists again.
+                    CachedEvent::Broken { .. } => return,
+                    CachedEvent::Progress(_) => {}
                 }
             }
         }

@@ -617,21 +617,53 @@ impl Repair {
             if !managed || held_ips.contains_key(&name) {
                 continue;
             }
-            let suspect = format!("ip {name}");
+            // The same object both passes (by uid): an address freed and
+            // taken again meanwhile is a new suspect.
+            let uid = address
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let suspect = format!("ip {name} {uid}");
             seen.insert(suspect.clone());
-            if self.suspected(&suspect)
-                && let Ok(ip) = name.parse()
-            {
-                let leaked = Allocation {
-                    ip: Some(ip),
-                    node_ports: vec![],
+            if self.suspected(&suspect) {
+                // Deleted only as it was listed (uid precondition).
+                let options = super::DeleteOptions {
+                    uid: Some(uid.to_string()),
+                    ..super::DeleteOptions::default()
                 };
-                release(storage, &leaked).await;
-                done.released.push(name);
+                match Box::pin(storage.delete(
+                    &ip_def,
+                    None,
+                    &name,
+                    &options,
+                    &WriteOptions::server(),
+                ))
+                .await
+                {
+                    Ok(_) => done.released.push(name),
+                    Err(status) if matches!(status.code, 404 | 409) => {}
+                    Err(status) => return Err(status),
+                }
             }
         }
         for (ip, (namespace, name)) in &held_ips {
-            if !recorded.contains(ip)
+            if recorded.contains(ip) {
+                continue;
+            }
+            // Only for a Service that still holds it now (not one deleted
+            // since it was listed).
+            let still_held = match storage.get(&services_def, Some(namespace), name).await {
+                Ok(current) => {
+                    held_by(&current.object)
+                        .ip
+                        .map(|i| i.to_string())
+                        .as_deref()
+                        == Some(ip.as_str())
+                }
+                Err(status) if status.code == 404 => false,
+                Err(status) => return Err(status),
+            };
+            if still_held
                 && let Ok(parsed) = ip.parse()
                 && claim_ip(storage, parsed, namespace, name).await?
             {

@@ -72,6 +72,9 @@ struct Collector {
     absent: Mutex<(HashSet<String>, VecDeque<String>)>,
     deletes: WorkQueue<Uid>,
     orphans: WorkQueue<Uid>,
+    /// Held shared by a worker per item, exclusively while new monitors
+    /// sync.
+    pause: tokio::sync::RwLock<()>,
     changes: mpsc::UnboundedSender<GraphChange>,
     recorder: Recorder,
 }
@@ -137,6 +140,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
         graph: RwLock::new(Graph::default()),
         resources: RwLock::new(Arc::new(Resources::default())),
         absent: Mutex::new((HashSet::new(), VecDeque::new())),
+        pause: tokio::sync::RwLock::new(()),
         changes,
         recorder,
     });
@@ -160,7 +164,10 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
         stop.clone(),
         move |uid: Uid| {
             let collector = deleter.clone();
-            async move { collector.attempt_to_delete(&uid).await }
+            async move {
+                let _working = collector.pause.read().await;
+                collector.attempt_to_delete(&uid).await
+            }
         },
     ));
     let orphaner = collector.clone();
@@ -171,7 +178,10 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
         stop.clone(),
         move |uid: Uid| {
             let collector = orphaner.clone();
-            async move { collector.attempt_to_orphan(&uid).await }
+            async move {
+                let _working = collector.pause.read().await;
+                collector.attempt_to_orphan(&uid).await
+            }
         },
     ));
     while tasks.join_next().await.is_some() {}
@@ -261,17 +271,24 @@ impl Collector {
                         listed.push(first_listing);
                         tokio::spawn(self.clone().follow(resource, stop.clone(), done));
                     }
-                    if let Some(ready) = synced.take() {
+                    if !listed.is_empty() || synced.is_some() {
+                        // The workers wait (as upstream's `workerLock`)
+                        // until the new monitors have listed and the graph
+                        // holds what they found.
+                        let paused = tokio::time::timeout(SYNC_TIMEOUT, self.pause.write()).await;
                         let all = futures::future::join_all(listed);
                         if tokio::time::timeout(SYNC_TIMEOUT, all).await.is_err() {
                             tracing::warn!(
-                                "garbage collector: not every monitor listed in time; starting anyway"
+                                "garbage collector: not every monitor listed in time; going on"
                             );
                         }
                         let (barrier, passed) = tokio::sync::oneshot::channel();
                         let _ = self.changes.send(GraphChange::Barrier(barrier));
                         let _ = passed.await;
-                        let _ = ready.send(());
+                        drop(paused);
+                        if let Some(ready) = synced.take() {
+                            let _ = ready.send(());
+                        }
                     }
                 }
                 Err(error) => tracing::warn!(%error, "garbage collector: discovery failed"),

@@ -109,6 +109,8 @@ pub(crate) struct Writer {
     last_checkpoint: Instant,
     /// Set when a failure made further writes unsafe.
     failed: Option<String>,
+    /// Health checks waiting for the batch they arrived in.
+    checks: Vec<oneshot::Sender<Result<()>>>,
 }
 
 struct PendingCompaction {
@@ -151,6 +153,7 @@ impl Writer {
             dirty: false,
             last_checkpoint: Instant::now(),
             failed: None,
+            checks: Vec::new(),
         }
     }
 
@@ -181,6 +184,16 @@ impl Writer {
             }
             if !writes.is_empty() {
                 self.commit(writes);
+            }
+            for reply in self.checks.drain(..) {
+                let answer = match &self.failed {
+                    Some(failed) => Err(Error::Unavailable {
+                        context: failed.clone(),
+                        source: None,
+                    }),
+                    None => Ok(()),
+                };
+                let _ = reply.send(answer);
             }
             if self.compaction.is_some() {
                 self.compaction_step();
@@ -226,16 +239,8 @@ impl Writer {
                     self.checkpoint();
                 }
             }
-            Command::Check { reply } => {
-                let answer = match &self.failed {
-                    Some(failed) => Err(Error::Unavailable {
-                        context: failed.clone(),
-                        source: None,
-                    }),
-                    None => Ok(()),
-                };
-                let _ = reply.send(answer);
-            }
+            // Answered once the writes taken before it are committed.
+            Command::Check { reply } => self.checks.push(reply),
             Command::Compact { revision, reply } => {
                 let result = self.start_compaction(revision);
                 match (result, &mut self.compaction) {
