@@ -129,6 +129,19 @@ impl Graph {
             .collect()
     }
 
+    /// Whether any dependent of `uid` blocks its deletion (stops at the
+    /// first, so a foreground owner with thousands left costs little).
+    pub fn has_blocking_dependents(&self, uid: &str) -> bool {
+        let Some(node) = self.nodes.get(uid) else {
+            return false;
+        };
+        node.dependents.iter().any(|d| {
+            self.nodes
+                .get(d)
+                .is_some_and(|dep| dep.owners.iter().any(|o| o.uid == uid && o.block))
+        })
+    }
+
     /// The dependents of `uid` whose reference to it blocks its deletion.
     pub fn blocking_dependents(&self, uid: &str) -> Vec<Uid> {
         let Some(node) = self.nodes.get(uid) else {
@@ -445,6 +458,7 @@ mod tests {
         let node = graph.get("u-rs").expect("node");
         assert!(!node.virtual_ && node.dependents.contains("u-p"));
         assert_eq!(graph.blocking_dependents("u-rs"), ["u-p"]);
+        assert!(graph.has_blocking_dependents("u-rs"));
     }
 
     #[test]
@@ -476,6 +490,7 @@ mod tests {
         let (work, _) = graph.remove("u-p", false);
         assert_eq!(work.attempt_to_delete, ["u-rs"]);
         assert!(graph.blocking_dependents("u-rs").is_empty());
+        assert!(!graph.has_blocking_dependents("u-rs"));
     }
 
     #[test]

@@ -529,6 +529,21 @@ impl Collector {
                 uid: reference.uid.clone(),
                 block: reference.block_owner_deletion == Some(true),
             };
+            // An owner the graph has seen start a foreground deletion is
+            // waiting for its dependents: that only ends with the owner gone
+            // (dangling), which decides the same, so no read is needed.
+            // (Only for an owner this object may have: cluster-scoped, or in
+            // its namespace; the others are settled by `owner_of`.)
+            let seen_waiting = self.node(&owner.uid).is_some_and(|o| {
+                !o.virtual_
+                    && o.deleting_dependents
+                    && (o.identity.namespace.is_none()
+                        || o.identity.namespace == node.identity.namespace)
+            });
+            if seen_waiting {
+                waiting.push(owner.uid);
+                continue;
+            }
             match self.owner_of(&resources, &node.identity, &owner).await {
                 Ok(None) => dangling.push(owner.uid),
                 Ok(Some(found)) => {
@@ -603,21 +618,18 @@ impl Collector {
         node: &NodeView,
         resources: &Resources,
     ) -> Result<Action, Error> {
-        let blocking = self
+        let blocked = self
             .graph
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .blocking_dependents(&node.identity.uid);
-        if blocking.is_empty() {
+            .has_blocking_dependents(&node.identity.uid);
+        if !blocked {
             operations::remove_finalizer(&self.ctx.client, resources, &node.identity, FOREGROUND)
                 .await?;
-            return Ok(Action::Done);
         }
-        for dependent in blocking {
-            if !self.node(&dependent).is_some_and(|d| d.deleting_dependents) {
-                self.deletes.add(dependent);
-            }
-        }
+        // While some block it, they are on their way: each was queued when
+        // the foreground deletion started (and retries on its own), and
+        // each that goes queues this owner again.
         Ok(Action::Done)
     }
 
