@@ -59,6 +59,8 @@ pub struct Observed {
     pub owners: Vec<Owner>,
     pub deleting: bool,
     pub finalizers: Vec<String>,
+    /// The version observed, for a delete that must find it unchanged.
+    pub resource_version: Option<String>,
 }
 
 /// One node of the graph.
@@ -73,7 +75,9 @@ pub struct Node {
     pub deleting_dependents: bool,
     /// Known only from an owner reference, not observed.
     pub virtual_: bool,
-    finalizers: Vec<String>,
+    pub finalizers: Vec<String>,
+    /// The version last observed (none for a virtual node).
+    pub resource_version: Option<String>,
 }
 
 /// What the graph asks the workers to do after a change.
@@ -173,6 +177,7 @@ impl Graph {
                     deleting_dependents: seen.deleting && has(&seen.finalizers, FOREGROUND),
                     virtual_: false,
                     finalizers: Vec::new(),
+                    resource_version: None,
                 };
                 self.nodes.insert(uid.clone(), node);
                 self.add_to_owners(&uid, &seen.owners, &mut work);
@@ -245,6 +250,7 @@ impl Graph {
         }
         if let Some(node) = self.nodes.get_mut(&uid) {
             node.finalizers = seen.finalizers;
+            node.resource_version = seen.resource_version;
         }
         work
     }
@@ -303,6 +309,7 @@ impl Graph {
                         deleting_dependents: false,
                         virtual_: true,
                         finalizers: Vec::new(),
+                        resource_version: None,
                     };
                     node.dependents.insert(uid.to_string());
                     self.nodes.insert(owner.uid.clone(), node);
@@ -443,6 +450,7 @@ mod tests {
             owners,
             deleting,
             finalizers: finalizers.iter().map(|f| f.to_string()).collect(),
+            resource_version: None,
         }
     }
 

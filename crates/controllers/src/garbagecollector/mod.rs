@@ -121,6 +121,7 @@ fn observed(resource: &Resource, object: &PartialObjectMeta<DynamicObject>) -> O
             .collect(),
         deleting: object.metadata.deletion_timestamp.is_some(),
         finalizers: object.finalizers().to_vec(),
+        resource_version: object.metadata.resource_version.clone(),
     })
 }
 
@@ -208,6 +209,9 @@ impl Collector {
                 deleting_dependents: n.deleting_dependents,
                 virtual_: n.virtual_,
                 has_dependents: !n.dependents.is_empty(),
+                owners: n.owners.clone(),
+                finalizers: n.finalizers.clone(),
+                resource_version: n.resource_version.clone(),
             })
     }
 
@@ -498,6 +502,9 @@ impl Collector {
         }
         let resources = self.resources();
         let client = &self.ctx.client;
+        if let Some(action) = self.delete_orphan_as_seen(&node, &resources).await? {
+            return Ok(action);
+        }
         // A kind discovery does not (yet) know is retried, never taken for
         // absent: its resource may be a custom one not discovered yet.
         let latest = operations::get(client, &resources, &node.identity).await?;
@@ -611,6 +618,52 @@ impl Collector {
         Ok(Action::Done)
     }
 
+    /// The common case without a read: every owner of the object as last
+    /// observed is known to be gone, so it is deleted — on the condition
+    /// that it is still that version (a changed object is looked at again,
+    /// read live). `None` when this does not apply.
+    async fn delete_orphan_as_seen(
+        &self,
+        node: &NodeView,
+        resources: &Resources,
+    ) -> Result<Option<Action>, Error> {
+        let Some(version) = node.resource_version.clone() else {
+            return Ok(None);
+        };
+        if node.virtual_ || node.being_deleted || node.owners.is_empty() || node.has_dependents {
+            return Ok(None);
+        }
+        let all_gone = node.owners.iter().all(|o| {
+            [None, node.identity.namespace.as_deref()].iter().any(|ns| {
+                self.known_absent(&absent_key(&o.api_version, &o.kind, *ns, &o.name, &o.uid))
+            })
+        });
+        if !all_gone {
+            return Ok(None);
+        }
+        let policy = if node.finalizers.iter().any(|f| f == ORPHAN) {
+            Propagation::Orphan
+        } else if node.finalizers.iter().any(|f| f == FOREGROUND) {
+            Propagation::Foreground
+        } else {
+            Propagation::Background
+        };
+        match operations::delete_if_unchanged(
+            &self.ctx.client,
+            resources,
+            &node.identity,
+            &version,
+            policy,
+        )
+        .await?
+        {
+            // Deleted, or gone already: its delete event updates the graph.
+            Some(_) => Ok(Some(Action::Done)),
+            // Changed since: read it live.
+            None => Ok(None),
+        }
+    }
+
     /// An owner deleted in the foreground: done once its blocking
     /// dependents are gone; until then, they are deleted.
     async fn finish_foreground(
@@ -681,6 +734,9 @@ struct NodeView {
     deleting_dependents: bool,
     virtual_: bool,
     has_dependents: bool,
+    owners: Vec<Owner>,
+    finalizers: Vec<String>,
+    resource_version: Option<String>,
 }
 
 fn merge(into: &mut Work, from: Work) {

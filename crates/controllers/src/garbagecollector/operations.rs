@@ -147,6 +147,34 @@ pub async fn delete(
     }
 }
 
+/// Deletes `identity` if it is still at `resource_version` (and the same
+/// uid): `Some(true)` deleted, `Some(false)` gone already, `None` changed
+/// since (so the caller reads it again).
+pub async fn delete_if_unchanged(
+    client: &Client,
+    resources: &Resources,
+    identity: &Identity,
+    resource_version: &str,
+    propagation: Propagation,
+) -> Result<Option<bool>, Error> {
+    let resource = resource_of(resources, identity)?;
+    let api = api::<DynamicObject>(client, resource, identity.namespace.as_deref());
+    let params = DeleteParams {
+        propagation_policy: Some(policy(propagation)),
+        preconditions: Some(Preconditions {
+            uid: Some(identity.uid.clone()),
+            resource_version: Some(resource_version.to_string()),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&identity.name, &params).await {
+        Ok(_) => Ok(Some(true)),
+        Err(e) if not_found(&e) => Ok(Some(false)),
+        Err(e) if conflict(&e) => Ok(None),
+        Err(e) => Err(api_error("delete", identity)(e)),
+    }
+}
+
 /// Patches `identity`'s owner references: those of `remove` deleted, and
 /// those of `unblock` set not to block. A strategic merge patch keyed by
 /// uid (with the dependent's uid as a precondition); for kinds without
