@@ -502,6 +502,18 @@ impl Collector {
         }
         let resources = self.resources();
         let client = &self.ctx.client;
+        // A foreground owner still blocked needs no read: each dependent
+        // that goes brings it back here.
+        if node.deleting_dependents
+            && !node.virtual_
+            && self
+                .graph
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .has_blocking_dependents(uid)
+        {
+            return Ok(Action::Done);
+        }
         if let Some(action) = self.delete_orphan_as_seen(&node, &resources).await? {
             return Ok(action);
         }
@@ -541,13 +553,7 @@ impl Collector {
             // (dangling), which decides the same, so no read is needed.
             // (Only for an owner this object may have: cluster-scoped, or in
             // its namespace; the others are settled by `owner_of`.)
-            let seen_waiting = self.node(&owner.uid).is_some_and(|o| {
-                !o.virtual_
-                    && o.deleting_dependents
-                    && (o.identity.namespace.is_none()
-                        || o.identity.namespace == node.identity.namespace)
-            });
-            if seen_waiting {
+            if self.seen_waiting(&node.identity, &owner.uid) {
                 waiting.push(owner.uid);
                 continue;
             }
@@ -618,10 +624,24 @@ impl Collector {
         Ok(Action::Done)
     }
 
+    /// Whether the graph saw `owner` (one `item` may have: cluster-scoped,
+    /// or in its namespace) start a foreground deletion: it waits for its
+    /// dependents, which only ends with it gone — either way its dependents
+    /// are not kept for it.
+    fn seen_waiting(&self, item: &Identity, owner: &str) -> bool {
+        self.node(owner).is_some_and(|o| {
+            !o.virtual_
+                && o.deleting_dependents
+                && (o.identity.namespace.is_none() || o.identity.namespace == item.namespace)
+        })
+    }
+
     /// The common case without a read: every owner of the object as last
-    /// observed is known to be gone, so it is deleted — on the condition
-    /// that it is still that version (a changed object is looked at again,
-    /// read live). `None` when this does not apply.
+    /// observed is known to be gone, or seen deleting its dependents in the
+    /// foreground, and the object has no dependents of its own — so it is
+    /// deleted (as upstream's classification would), on the condition that
+    /// it is still that version (a changed object is read live and looked
+    /// at again). `None` when this does not apply.
     async fn delete_orphan_as_seen(
         &self,
         node: &NodeView,
@@ -633,12 +653,13 @@ impl Collector {
         if node.virtual_ || node.being_deleted || node.owners.is_empty() || node.has_dependents {
             return Ok(None);
         }
-        let all_gone = node.owners.iter().all(|o| {
-            [None, node.identity.namespace.as_deref()].iter().any(|ns| {
+        let all_gone_or_waiting = node.owners.iter().all(|o| {
+            let gone = [None, node.identity.namespace.as_deref()].iter().any(|ns| {
                 self.known_absent(&absent_key(&o.api_version, &o.kind, *ns, &o.name, &o.uid))
-            })
+            });
+            gone || self.seen_waiting(&node.identity, &o.uid)
         });
-        if !all_gone {
+        if !all_gone_or_waiting {
             return Ok(None);
         }
         let policy = if node.finalizers.iter().any(|f| f == ORPHAN) {
