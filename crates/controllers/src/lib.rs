@@ -13,9 +13,11 @@
 //! give it a `run(Arc<Context>, CancellationToken)` and list it in
 //! [`CONTROLLERS`].
 
+pub mod deployment;
 pub mod discovery;
 pub mod garbagecollector;
 pub mod namespace;
+pub mod replicaset;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +55,11 @@ pub struct Options {
     pub gc_workers: usize,
     /// Namespaces deleted at once (`--concurrent-namespace-syncs`).
     pub namespace_workers: usize,
+    /// ReplicaSets (and ReplicationControllers) synced at once
+    /// (`--concurrent-replicaset-syncs`, `--concurrent-rc-syncs`).
+    pub replicaset_workers: usize,
+    /// Deployments synced at once (`--concurrent-deployment-syncs`).
+    pub deployment_workers: usize,
     /// How often the garbage collector looks for new resources (CRDs).
     pub discovery_every: Duration,
     /// Leader election; `None` runs the controllers at once, unelected.
@@ -64,6 +71,8 @@ impl Default for Options {
         Options {
             gc_workers: 20,
             namespace_workers: 10,
+            replicaset_workers: 5,
+            deployment_workers: 5,
             discovery_every: Duration::from_secs(30),
             lease: Some(LeaseConfig::new("kube-controller-manager", &identity())),
         }
@@ -89,6 +98,15 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     }),
     ("namespace-controller", |ctx, stop| {
         Box::pin(namespace::run(ctx, stop))
+    }),
+    ("replicaset-controller", |ctx, stop| {
+        Box::pin(replicaset::run(ctx, stop))
+    }),
+    ("replicationcontroller-controller", |ctx, stop| {
+        Box::pin(replicaset::run_replication_controllers(ctx, stop))
+    }),
+    ("deployment-controller", |ctx, stop| {
+        Box::pin(deployment::run(ctx, stop))
     }),
 ];
 

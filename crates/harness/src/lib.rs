@@ -10,6 +10,8 @@
 //! let controllers = plane.client(&Identity::controller_manager());
 //! ```
 
+pub mod kubelet;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

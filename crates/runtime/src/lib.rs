@@ -11,6 +11,8 @@
 //!   upstream's rate limits (5 ms doubling to 1000 s per key, 10/s overall).
 //! - [`controller`]: the worker loop that joins a queue to a reconcile
 //!   function.
+//! - [`expectations`]: what a controller created or deleted and has not
+//!   yet seen in its informers, so it never acts twice.
 //! - [`events`]: an event recorder writing `events.k8s.io/v1` Events with
 //!   upstream's series de-duplication.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
@@ -24,6 +26,7 @@
 pub mod clock;
 pub mod controller;
 pub mod events;
+pub mod expectations;
 pub mod informer;
 pub mod leader;
 pub mod meta;
@@ -32,6 +35,7 @@ pub mod queue;
 pub use clock::{FakeClock, SystemClock, Timer};
 pub use controller::{Action, run_workers};
 pub use events::{EventType, Recorder};
+pub use expectations::{Expectations, Seen};
 pub use informer::{Change, Informer, Informers, Store, Subscription};
 pub use leader::{LeaderElector, LeaseConfig};
 pub use queue::{RateLimiter, WorkQueue};

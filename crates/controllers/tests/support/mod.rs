@@ -35,6 +35,19 @@ impl Drop for Cluster {
     }
 }
 
+/// A cluster whose every pod is made Running and Ready by the harness's
+/// stand-in kubelet.
+pub async fn cluster_with_nodes() -> Cluster {
+    let c = cluster().await;
+    tokio::spawn(rudder_harness::kubelet::play_nodes(
+        c.admin.clone(),
+        c.plane.clock(),
+        rudder_harness::kubelet::all_ready(),
+        c.stop.clone(),
+    ));
+    c
+}
+
 pub async fn cluster() -> Cluster {
     // RUDDER_LOG=debug shows what the controllers do.
     let _ = tracing_subscriber::fmt()
