@@ -174,12 +174,54 @@ impl Server {
 /// Runs `check` with every installed kubectl against one `rudder server`,
 /// each version in the namespace `namespace(tag)` (`tag`: `1-33` for
 /// 1.33), collecting what fails; panics with every failure at the end.
-pub fn each_version<F>(namespace: impl Fn(&str) -> String, mut check: F)
+pub fn each_version<F>(namespace: impl Fn(&str) -> String, check: F)
+where
+    F: FnMut(&Kubectl<'_>, &str, &mut Vec<String>),
+{
+    each_version_on(start(), namespace, check)
+}
+
+/// The same, with the harness's stand-in kubelet making every pod Running
+/// and Ready (until there is a node agent), so rollouts can finish.
+pub fn each_version_with_nodes<F>(namespace: impl Fn(&str) -> String, check: F)
+where
+    F: FnMut(&Kubectl<'_>, &str, &mut Vec<String>),
+{
+    let server = start();
+    let kubeconfig = server.kubeconfig();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let nodes = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let client =
+                    rudder_apiserver::testing::connect(&kubeconfig, Duration::from_secs(30))
+                        .await
+                        .expect("connect the stand-in kubelet");
+                rudder_harness::kubelet::play_nodes(
+                    client,
+                    rudder_runtime::clock::system(),
+                    rudder_harness::kubelet::all_ready(),
+                    stop,
+                )
+                .await;
+            });
+        })
+    };
+    each_version_on(server, namespace, check);
+    stop.cancel();
+    let _ = nodes.join();
+}
+
+fn each_version_on<F>(server: Server, namespace: impl Fn(&str) -> String, mut check: F)
 where
     F: FnMut(&Kubectl<'_>, &str, &mut Vec<String>),
 {
     let versions = versions();
-    let server = start();
     let mut failures = Vec::new();
     for (version, binary) in &versions {
         let cache = tempfile::tempdir().expect("cache dir");
