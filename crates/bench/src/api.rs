@@ -83,8 +83,26 @@ impl Server {
         Ok((client, since.elapsed()))
     }
 
+    /// CPU time the server has used so far (user and system), seconds.
+    pub(crate) fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // The fields after the command (which may hold spaces): state is
+        // the first; utime and stime are the 12th and 13th.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // The kernel's USER_HZ is 100 on every Linux rudder runs on.
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
     /// Resident and peak resident memory, MiB.
-    fn memory_mb(&self) -> (f64, f64) {
+    pub(crate) fn memory_mb(&self) -> (f64, f64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         let field = |name: &str| {

@@ -4,6 +4,7 @@
 
 mod api;
 mod apply;
+mod controllers;
 mod gc;
 mod report;
 mod store;
@@ -33,6 +34,10 @@ enum Scenario {
     /// dependents deleted in each propagation mode, a namespace with 10,000
     /// objects deleted, beside 10,000 plain API deletes.
     Gc(Options),
+    /// The workload controllers: a 10,000-replica Deployment until its pods
+    /// exist, beside 10,000 plain Pod creates; memory and idle CPU with
+    /// them; a rollout of a 1,000-replica Deployment.
+    Controllers(Options),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -58,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Api(options) => (runtime.block_on(api::run(&options))?, options),
         Scenario::Apply(options) => (runtime.block_on(apply::run(&options))?, options),
         Scenario::Gc(options) => (runtime.block_on(gc::run(&options))?, options),
+        Scenario::Controllers(options) => (runtime.block_on(controllers::run(&options))?, options),
     };
     if !options.quick {
         report.update_doc(&options.doc)?;

@@ -41,7 +41,21 @@ pub async fn play_nodes(
     decide: Decide,
     stop: CancellationToken,
 ) {
-    let pods: Api<Pod> = Api::all(client.clone());
+    play_nodes_in(client, None, clock, decide, stop).await
+}
+
+/// The same for the pods of one namespace only (`None`: all).
+pub async fn play_nodes_in(
+    client: Client,
+    namespace: Option<&str>,
+    clock: Arc<dyn Timer>,
+    decide: Decide,
+    stop: CancellationToken,
+) {
+    let pods: Api<Pod> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let done: Arc<Mutex<HashSet<String>>> = Arc::default();
     let stream = watcher::watcher(pods.clone(), watcher::Config::default());
     futures::pin_mut!(stream);
