@@ -118,11 +118,11 @@ async fn deploy(client: &kube::Client, count: usize) -> anyhow::Result<f64> {
         let stream = watcher::watcher(pods, watcher::Config::default());
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
-            if let Ok(Event::Apply(p) | Event::InitApply(p)) = event {
-                if let Some(name) = p.metadata.name {
-                    names.insert(name);
-                    let _ = seen_tx.send(names.len());
-                }
+            if let Ok(Event::Apply(p) | Event::InitApply(p)) = event
+                && let Some(name) = p.metadata.name
+            {
+                names.insert(name);
+                let _ = seen_tx.send(names.len());
             }
         }
     });
