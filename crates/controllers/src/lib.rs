@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod garbagecollector;
 pub mod namespace;
 pub mod replicaset;
+pub mod serviceaccount;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +63,9 @@ pub struct Options {
     pub deployment_workers: usize,
     /// How often the garbage collector looks for new resources (CRDs).
     pub discovery_every: Duration,
+    /// The cluster's CA bundle (PEM), published in every namespace as the
+    /// `kube-root-ca.crt` ConfigMap; `None` publishes nothing.
+    pub root_ca: Option<String>,
     /// Leader election; `None` runs the controllers at once, unelected.
     pub lease: Option<LeaseConfig>,
 }
@@ -73,6 +77,7 @@ impl Default for Options {
             namespace_workers: 10,
             replicaset_workers: 5,
             deployment_workers: 5,
+            root_ca: None,
             discovery_every: Duration::from_secs(30),
             lease: Some(LeaseConfig::new("kube-controller-manager", &identity())),
         }
@@ -107,6 +112,12 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     }),
     ("deployment-controller", |ctx, stop| {
         Box::pin(deployment::run(ctx, stop))
+    }),
+    ("serviceaccount-controller", |ctx, stop| {
+        Box::pin(serviceaccount::run(ctx, stop))
+    }),
+    ("root-ca-certificate-publisher-controller", |ctx, stop| {
+        Box::pin(serviceaccount::run_root_ca_publisher(ctx, stop))
     }),
 ];
 

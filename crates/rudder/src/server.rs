@@ -148,10 +148,15 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     let mut server = Server::start(ServerOptions::new(&args.data_dir, store, Some(listen))).await?;
     if !args.disable_controllers {
         let client = server.client(&Identity::controller_manager());
-        let manager = rudder_controllers::ControllerManager::new(
-            client,
-            rudder_controllers::Options::default(),
-        );
+        let ca = rudder_apiserver::tls::TlsFiles::new(&args.data_dir).ca_cert();
+        let options = rudder_controllers::Options {
+            root_ca: Some(
+                std::fs::read_to_string(&ca)
+                    .with_context(|| format!("read the cluster CA {}", ca.display()))?,
+            ),
+            ..rudder_controllers::Options::default()
+        };
+        let manager = rudder_controllers::ControllerManager::new(client, options);
         let stop = cancel.clone();
         tasks.spawn(async move {
             manager.run(stop).await;

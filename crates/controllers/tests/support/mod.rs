@@ -12,6 +12,9 @@ use rudder_controllers::{ControllerManager, Options};
 use rudder_harness::{ControlPlane, Identity};
 use tokio_util::sync::CancellationToken;
 
+/// The CA bundle the root CA publisher of test clusters publishes.
+pub const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n";
+
 /// A control plane with every controller running, unelected.
 pub struct Cluster {
     pub plane: ControlPlane,
@@ -62,6 +65,7 @@ pub async fn cluster() -> Cluster {
     let client = plane.client(&Identity::controller_manager());
     let options = Options {
         lease: None,
+        root_ca: Some(TEST_CA.into()),
         discovery_every: Duration::from_millis(500),
         ..Options::default()
     };
