@@ -16,6 +16,7 @@
 pub mod deployment;
 pub mod discovery;
 pub mod garbagecollector;
+pub mod job;
 pub mod namespace;
 pub mod replicaset;
 pub mod serviceaccount;
@@ -61,6 +62,8 @@ pub struct Options {
     pub replicaset_workers: usize,
     /// Deployments synced at once (`--concurrent-deployment-syncs`).
     pub deployment_workers: usize,
+    /// Jobs synced at once (`--concurrent-job-syncs`).
+    pub job_workers: usize,
     /// How often the garbage collector looks for new resources (CRDs).
     pub discovery_every: Duration,
     /// The cluster's CA bundle (PEM), published in every namespace as the
@@ -77,6 +80,7 @@ impl Default for Options {
             namespace_workers: 10,
             replicaset_workers: 5,
             deployment_workers: 5,
+            job_workers: 5,
             root_ca: None,
             discovery_every: Duration::from_secs(30),
             lease: Some(LeaseConfig::new("kube-controller-manager", &identity())),
@@ -113,6 +117,7 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     ("deployment-controller", |ctx, stop| {
         Box::pin(deployment::run(ctx, stop))
     }),
+    ("job-controller", |ctx, stop| Box::pin(job::run(ctx, stop))),
     ("serviceaccount-controller", |ctx, stop| {
         Box::pin(serviceaccount::run(ctx, stop))
     }),

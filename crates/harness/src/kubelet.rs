@@ -25,8 +25,8 @@ pub enum Outcome {
     NotReady,
     /// Its containers exited 0 (a Job's pod).
     Succeeded,
-    /// Its containers exited 1.
-    Failed,
+    /// Its containers exited with this (non-zero) code.
+    Failed(i32),
 }
 
 /// Which outcome each new pod gets.
@@ -130,10 +130,10 @@ fn status_for(pod: &Pod, outcome: Outcome, now: &str) -> serde_json::Value {
             false,
             json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}),
         ),
-        Outcome::Failed => (
+        Outcome::Failed(code) => (
             "Failed",
             false,
-            json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}),
+            json!({"terminated": {"exitCode": code, "reason": "Error", "startedAt": now, "finishedAt": now}}),
         ),
     };
     let flag = |b: bool| if b { "True" } else { "False" };
@@ -161,4 +161,20 @@ fn status_for(pod: &Pod, outcome: Outcome, now: &str) -> serde_json::Value {
 /// Every pod Ready.
 pub fn all_ready() -> Decide {
     Arc::new(|_| Some(Outcome::Ready))
+}
+
+/// A Job's pods succeed; every other pod becomes Ready.
+pub fn jobs_succeed() -> Decide {
+    Arc::new(|p| {
+        let of_job = p
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("batch.kubernetes.io/job-name"));
+        Some(if of_job {
+            Outcome::Succeeded
+        } else {
+            Outcome::Ready
+        })
+    })
 }

@@ -221,3 +221,96 @@ fn deployments_roll_out_back_and_scale() {
         },
     );
 }
+
+#[test]
+fn jobs_complete_and_kubectl_waits_for_them() {
+    each_version_with_nodes(
+        |tag| format!("jobs-{tag}"),
+        |k, tag, failures| {
+            let ns = format!("jobs-{tag}");
+            k.expect(
+                failures,
+                "create the namespace",
+                &["create", "namespace", &ns],
+                None,
+                "created",
+            );
+            k.expect(
+                failures,
+                "create job",
+                &["create", "job", "hello", "--image=busybox"],
+                None,
+                "created",
+            );
+            k.expect(
+                failures,
+                "wait for complete",
+                &[
+                    "wait",
+                    "--for=condition=complete",
+                    "job/hello",
+                    "--timeout=30s",
+                ],
+                None,
+                "condition met",
+            );
+            let (_, line) = k.run(&["get", "job", "hello", "--no-headers"], None);
+            // The COMPLETIONS column.
+            if !line.contains("1/1") {
+                failures.push(format!("get job shows 1/1 completions: {line}"));
+            }
+            k.expect(
+                failures,
+                "create cronjob",
+                &[
+                    "create",
+                    "cronjob",
+                    "nightly",
+                    "--image=busybox",
+                    "--schedule=0 3 * * *",
+                ],
+                None,
+                "created",
+            );
+            k.expect(
+                failures,
+                "create job --from=cronjob",
+                &["create", "job", "manual", "--from=cronjob/nightly"],
+                None,
+                "created",
+            );
+            k.expect(
+                failures,
+                "wait for the job from the cronjob",
+                &[
+                    "wait",
+                    "--for=condition=complete",
+                    "job/manual",
+                    "--timeout=30s",
+                ],
+                None,
+                "condition met",
+            );
+            let (_, owner) = k.run(
+                &[
+                    "get",
+                    "job",
+                    "manual",
+                    "-o",
+                    "jsonpath={.metadata.ownerReferences[0].kind}",
+                ],
+                None,
+            );
+            if owner != "CronJob" {
+                failures.push(format!("the job from a cronjob is owned by it: {owner}"));
+            }
+            k.expect(
+                failures,
+                "delete the namespace",
+                &["delete", "namespace", &ns],
+                None,
+                "deleted",
+            );
+        },
+    );
+}

@@ -12,6 +12,11 @@
 //!   is written once more when it ends (six minutes without a repeat) or
 //!   every 30 minutes while it goes on.
 //!
+//! - per regarding object and type, at most 25 events at once and then one
+//!   per 5 minutes are written (client-go's `EventSourceObjectSpamFilter`,
+//!   which keeps a controller creating 10,000 pods from writing 10,000
+//!   events); the rest are dropped.
+//!
 //! Publishing never blocks a reconcile: [`Recorder::event`] hands the work
 //! to a task; [`Recorder::publish`] is the same, awaited (for tests).
 
@@ -27,6 +32,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Timer;
+
+/// Events of one object and type written at once (the spam filter's burst).
+pub const SPAM_BURST: f64 = 25.0;
+/// Then one per this long (the spam filter's refill).
+pub const SPAM_REFILL: Duration = Duration::from_secs(300);
 
 /// A series ends after this long without a repeat.
 pub const FINISH_AFTER: Duration = Duration::from_secs(6 * 60);
@@ -110,6 +120,36 @@ pub struct Recorder {
     instance: String,
     clock: Arc<dyn Timer>,
     series: Arc<Mutex<HashMap<Isomorphic, Series>>>,
+    spam: Arc<Mutex<SpamFilter>>,
+}
+
+/// A token bucket per (regarding object, type): [`SPAM_BURST`] at once,
+/// then one per [`SPAM_REFILL`].
+#[derive(Debug, Default)]
+struct SpamFilter {
+    buckets: HashMap<(String, EventType), (f64, SystemTime)>,
+}
+
+impl SpamFilter {
+    fn admit(&mut self, key: (String, EventType), now: SystemTime) -> bool {
+        // Forget buckets that have filled up again.
+        if self.buckets.len() > 4096 {
+            self.buckets.retain(|_, (_, at)| {
+                now.duration_since(*at).unwrap_or_default() < SPAM_REFILL.mul_f64(SPAM_BURST)
+            });
+        }
+        let (tokens, at) = self.buckets.entry(key).or_insert((SPAM_BURST, now));
+        let refilled =
+            now.duration_since(*at).unwrap_or_default().as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        *tokens = (*tokens + refilled).min(SPAM_BURST);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 impl std::fmt::Debug for Recorder {
@@ -136,7 +176,18 @@ impl Recorder {
             instance: instance.to_string(),
             clock,
             series: Arc::new(Mutex::new(HashMap::new())),
+            spam: Arc::default(),
         }
+    }
+
+    /// Whether the spam filter lets one more event about `regarding` of
+    /// `type_` through now.
+    fn admit(&self, regarding: &ObjectReference, type_: EventType) -> bool {
+        let key = (describe(regarding), type_);
+        self.spam
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(key, self.clock.now())
     }
 
     /// Records an event without waiting for it to be written.
@@ -148,6 +199,10 @@ impl Recorder {
         action: &str,
         note: &str,
     ) {
+        if !self.admit(regarding, type_) {
+            tracing::debug!(reason, note, "event dropped by the spam filter");
+            return;
+        }
         let (recorder, regarding) = (self.clone(), regarding.clone());
         let (reason, action, note) = (reason.to_string(), action.to_string(), note.to_string());
         tokio::spawn(async move {
@@ -299,5 +354,24 @@ impl Recorder {
                 tracing::debug!(%error, event = %series.name, "could not write an event series");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spam_filter_lets_a_burst_through_then_one_per_five_minutes() {
+        let mut filter = SpamFilter::default();
+        let t0 = SystemTime::UNIX_EPOCH;
+        let key = || ("rs".to_string(), EventType::Normal);
+        assert_eq!((0..30).filter(|_| filter.admit(key(), t0)).count(), 25);
+        assert!(!filter.admit(key(), t0 + Duration::from_secs(100)));
+        assert!(filter.admit(key(), t0 + Duration::from_secs(301)));
+        assert!(
+            filter.admit(("other".to_string(), EventType::Normal), t0),
+            "per object"
+        );
     }
 }

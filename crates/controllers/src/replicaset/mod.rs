@@ -508,7 +508,9 @@ impl<K: Workload> Controller<K> {
             pod.metadata.namespace = Some(namespace.clone());
             pod.metadata.owner_references = Some(vec![Self::reference(owner)]);
             self.expectations.expect_creations(key, count);
-            let (created, failure) = self.create_in_batches(key, &namespace, &pod, count).await;
+            let (created, failure) = self
+                .create_in_batches(key, owner, &namespace, &pod, count)
+                .await;
             if let Some(error) = failure {
                 let message = failure_message(&error);
                 self.recorder.event(
@@ -537,7 +539,16 @@ impl<K: Workload> Controller<K> {
                 let name = p.name_any();
                 async move {
                     match api.delete(&name, &DeleteParams::default()).await {
-                        Ok(_) => Ok(()),
+                        Ok(_) => {
+                            self.recorder.event(
+                                &reference_to(owner),
+                                EventType::Normal,
+                                "SuccessfulDelete",
+                                "Delete",
+                                &format!("Deleted pod: {name}"),
+                            );
+                            Ok(())
+                        }
                         Err(e) if is_status(&e, 404) => {
                             self.expectations.deletion_failed(key, &pod_key);
                             Ok(())
@@ -574,6 +585,7 @@ impl<K: Workload> Controller<K> {
     async fn create_in_batches(
         &self,
         key: &str,
+        owner: &K,
         namespace: &str,
         pod: &Pod,
         count: usize,
@@ -589,6 +601,13 @@ impl<K: Workload> Controller<K> {
                     match api.create(&PostParams::default(), pod).await {
                         Ok(p) => {
                             self.expectations.created(key, Some(key_of(&p)));
+                            self.recorder.event(
+                                &reference_to(owner),
+                                EventType::Normal,
+                                "SuccessfulCreate",
+                                "Create",
+                                &format!("Created pod: {}", p.name_any()),
+                            );
                             Ok(())
                         }
                         Err(e) => {

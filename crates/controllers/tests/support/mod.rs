@@ -41,11 +41,16 @@ impl Drop for Cluster {
 /// A cluster whose every pod is made Running and Ready by the harness's
 /// stand-in kubelet.
 pub async fn cluster_with_nodes() -> Cluster {
+    cluster_with_kubelet(rudder_harness::kubelet::all_ready()).await
+}
+
+/// A cluster whose pods the stand-in kubelet treats as `decide` says.
+pub async fn cluster_with_kubelet(decide: rudder_harness::kubelet::Decide) -> Cluster {
     let c = cluster().await;
     tokio::spawn(rudder_harness::kubelet::play_nodes(
         c.admin.clone(),
         c.plane.clock(),
-        rudder_harness::kubelet::all_ready(),
+        decide,
         c.stop.clone(),
     ));
     c

@@ -182,7 +182,8 @@ where
 }
 
 /// The same, with the harness's stand-in kubelet making every pod Running
-/// and Ready (until there is a node agent), so rollouts can finish.
+/// and Ready, and every Job's pod Succeeded (until there is a node
+/// agent), so rollouts and Jobs can finish.
 pub fn each_version_with_nodes<F>(namespace: impl Fn(&str) -> String, check: F)
 where
     F: FnMut(&Kubectl<'_>, &str, &mut Vec<String>),
@@ -205,7 +206,7 @@ where
                 rudder_harness::kubelet::play_nodes(
                     client,
                     rudder_runtime::clock::system(),
-                    rudder_harness::kubelet::all_ready(),
+                    rudder_harness::kubelet::jobs_succeed(),
                     stop,
                 )
                 .await;

@@ -1,0 +1,256 @@
+//! The Job controller against a real API server, the stand-in kubelet
+//! finishing each pod as its `outcome` label says: completions and
+//! parallelism, Indexed Jobs, backoffLimit, podFailurePolicy, deadlines,
+//! suspend and resume — and no finished pod kept by its finalizer.
+
+mod support;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use rudder_harness::kubelet::Outcome;
+use serde_json::json;
+use support::{cluster_with_kubelet, until};
+
+/// Pods finish as their `outcome` label says; `hang` ones never do.
+fn by_label() -> rudder_harness::kubelet::Decide {
+    Arc::new(
+        |p: &Pod| match p.metadata.labels.as_ref()?.get("outcome")?.as_str() {
+            "succeed" => Some(Outcome::Succeeded),
+            "fail" => Some(Outcome::Failed(1)),
+            "fail42" => Some(Outcome::Failed(42)),
+            _ => None,
+        },
+    )
+}
+
+fn job(name: &str, outcome: &str, spec: serde_json::Value) -> Job {
+    let mut object = json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"template": {"metadata": {"labels": {"outcome": outcome}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}}
+    });
+    if let (Some(target), Some(extra)) = (object["spec"].as_object_mut(), spec.as_object()) {
+        target.extend(extra.clone());
+    }
+    serde_json::from_value(object).expect("a job")
+}
+
+fn condition(job: &Job, type_: &str) -> Option<(String, String)> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+async fn pods_of(client: &Client, job: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+        .await
+        .expect("list")
+        .items
+}
+
+async fn finished(api: &Api<Job>, name: &str, type_: &str) -> Job {
+    rudder_harness::eventually(
+        &format!("{name} {type_}"),
+        std::time::Duration::from_secs(30),
+        || async {
+            let j = api.get(name).await.expect("get");
+            condition(&j, type_).is_some().then_some(j)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_its_completions_and_keeps_no_pod() {
+    let c = cluster_with_kubelet(by_label()).await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    api.create(
+        &PostParams::default(),
+        &job(
+            "three",
+            "succeed",
+            json!({"completions": 3, "parallelism": 2}),
+        ),
+    )
+    .await
+    .expect("create");
+    let j = finished(&api, "three", "Complete").await;
+    let s = j.status.clone().expect("status");
+    assert_eq!(
+        (s.succeeded, s.failed, s.active),
+        (Some(3), Some(0), Some(0))
+    );
+    assert!(s.completion_time.is_some() && s.start_time.is_some());
+    assert_eq!(
+        condition(&j, "SuccessCriteriaMet"),
+        Some((
+            "CompletionsReached".into(),
+            "Reached expected number of succeeded pods".into()
+        ))
+    );
+    until("every pod released", || async {
+        pods_of(&c.admin, "three")
+            .await
+            .iter()
+            .all(|p| p.metadata.finalizers.as_ref().is_none_or(|f| f.is_empty()))
+    })
+    .await;
+    assert_eq!(
+        pods_of(&c.admin, "three").await.len(),
+        3,
+        "exactly three pods ran"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_indexed_job_completes_every_index() {
+    let c = cluster_with_kubelet(by_label()).await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    api.create(
+        &PostParams::default(),
+        &job(
+            "indexed",
+            "succeed",
+            json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed"}),
+        ),
+    )
+    .await
+    .expect("create");
+    let j = finished(&api, "indexed", "Complete").await;
+    assert_eq!(
+        j.status
+            .as_ref()
+            .and_then(|s| s.completed_indexes.as_deref()),
+        Some("0-3")
+    );
+    let mut indexes: Vec<String> = pods_of(&c.admin, "indexed")
+        .await
+        .iter()
+        .map(|p| {
+            let spec = p.spec.as_ref().expect("spec");
+            let index = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("batch.kubernetes.io/job-completion-index"))
+                .cloned()
+                .expect("index");
+            assert_eq!(
+                spec.hostname.as_deref(),
+                Some(format!("indexed-{index}").as_str())
+            );
+            assert!(
+                spec.containers[0]
+                    .env
+                    .iter()
+                    .flatten()
+                    .any(|e| e.name == "JOB_COMPLETION_INDEX")
+            );
+            index
+        })
+        .collect();
+    indexes.sort();
+    assert_eq!(indexes, ["0", "1", "2", "3"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_past_the_backoff_limit_or_a_fail_job_rule_fail_the_job() {
+    let c = cluster_with_kubelet(by_label()).await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    api.create(
+        &PostParams::default(),
+        &job("doomed", "fail", json!({"backoffLimit": 0})),
+    )
+    .await
+    .expect("create");
+    let j = finished(&api, "doomed", "Failed").await;
+    assert_eq!(
+        condition(&j, "Failed"),
+        Some((
+            "BackoffLimitExceeded".into(),
+            "Job has reached the specified backoff limit".into()
+        ))
+    );
+    assert!(condition(&j, "FailureTarget").is_some(), "announced first");
+    assert_eq!(j.status.as_ref().and_then(|s| s.failed), Some(1));
+
+    let policy = json!({"backoffLimit": 5, "podFailurePolicy": {"rules": [
+        {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}]}});
+    api.create(&PostParams::default(), &job("policed", "fail42", policy))
+        .await
+        .expect("create");
+    let j = finished(&api, "policed", "Failed").await;
+    let (reason, message) = condition(&j, "Failed").expect("failed");
+    assert_eq!(reason, "PodFailurePolicy");
+    assert!(
+        message.starts_with("Container main for pod default/policed-")
+            && message.ends_with("failed with exit code 42 matching FailJob rule at index 0"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlines_and_suspension() {
+    let c = cluster_with_kubelet(by_label()).await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    api.create(
+        &PostParams::default(),
+        &job("slow", "hang", json!({"activeDeadlineSeconds": 1})),
+    )
+    .await
+    .expect("create");
+    let j = finished(&api, "slow", "Failed").await;
+    assert_eq!(
+        condition(&j, "Failed").map(|c| c.0).as_deref(),
+        Some("DeadlineExceeded")
+    );
+
+    api.create(
+        &PostParams::default(),
+        &job("paused", "succeed", json!({"suspend": true})),
+    )
+    .await
+    .expect("create");
+    let j = finished(&api, "paused", "Suspended").await;
+    assert_eq!(
+        condition(&j, "Suspended").map(|c| c.0).as_deref(),
+        Some("JobSuspended")
+    );
+    assert!(
+        pods_of(&c.admin, "paused").await.is_empty(),
+        "no pods while suspended"
+    );
+    api.patch(
+        "paused",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": false}})),
+    )
+    .await
+    .expect("resume");
+    let j = finished(&api, "paused", "Complete").await;
+    let suspended = j
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Suspended"))
+        .cloned()
+        .expect("kept");
+    assert_eq!(
+        (suspended.status.as_str(), suspended.reason.as_deref()),
+        ("False", Some("JobResumed"))
+    );
+}
