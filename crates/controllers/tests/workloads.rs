@@ -419,3 +419,53 @@ async fn a_deleted_replica_set_of_a_deployment_comes_back_and_recreate_replaces_
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_after_a_scale_rolls_out() {
+    let c = cluster_with_nodes().await;
+    let deployments: Api<Deployment> = Api::namespaced(c.admin.clone(), "default");
+    deployments
+        .create(&PostParams::default(), &deployment("back", 2, "busybox:1"))
+        .await
+        .expect("create");
+    until("rolled out", || async {
+        rolled_out(&deployments.get("back").await.expect("get"), 2)
+    })
+    .await;
+    let image = |tag: &str| {
+        Patch::Strategic(
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": format!("busybox:{tag}")}]}}}}),
+        )
+    };
+    deployments
+        .patch("back", &PatchParams::default(), &image("2"))
+        .await
+        .expect("new image");
+    until("the new image rolled out", || async {
+        rolled_out(&deployments.get("back").await.expect("get"), 2)
+    })
+    .await;
+    deployments
+        .patch(
+            "back",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .expect("scale");
+    until("scaled", || async {
+        rolled_out(&deployments.get("back").await.expect("get"), 4)
+    })
+    .await;
+    // The first ReplicaSet, at 0 and annotated for 2 replicas, comes back.
+    deployments
+        .patch("back", &PatchParams::default(), &image("1"))
+        .await
+        .expect("roll back");
+    until("the rollback rolls out at the new size", || async {
+        let d = deployments.get("back").await.expect("get");
+        rolled_out(&d, 4)
+            && annotation(&d, "deployment.kubernetes.io/revision").as_deref() == Some("3")
+    })
+    .await;
+}

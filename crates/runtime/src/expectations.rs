@@ -78,12 +78,28 @@ impl Expectations {
         };
         e.created.retain(|k| seen(k) == Seen::Absent);
         e.deleted.retain(|k| seen(k) == Seen::Present);
-        if e.in_flight <= 0 && e.created.is_empty() && e.deleted.is_empty() {
+        let lapsed = e
+            .set_at
+            .is_some_and(|at| now.duration_since(at).unwrap_or_default() > TIMEOUT);
+        if lapsed || (e.in_flight <= 0 && e.created.is_empty() && e.deleted.is_empty()) {
+            // Lapsed ones are dropped too: what they waited for will not
+            // hold the next expectations back.
             inner.remove(key);
             return true;
         }
-        e.set_at
-            .is_some_and(|at| now.duration_since(at).unwrap_or_default() > TIMEOUT)
+        false
+    }
+
+    /// An informer event for `object` (its key) of `key`'s: created and
+    /// seen, or gone — either way nothing waits for it any more (a pod
+    /// created and deleted before the check looked is not waited for).
+    pub fn observed(&self, key: &str, object: &str, gone: bool) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.created.remove(object);
+            if gone {
+                e.deleted.remove(object);
+            }
+        }
     }
 
     /// `key` is about to create `count` objects.
@@ -174,6 +190,12 @@ mod tests {
         clock.advance(TIMEOUT + Duration::from_secs(1));
         assert!(expectations.satisfied("ns/rs", seen), "lapsed");
         expectations.forget("ns/rs");
+        assert!(expectations.satisfied("ns/rs", seen));
+
+        // A pod created and deleted before anyone looked.
+        expectations.expect_creations("ns/rs", 1);
+        expectations.created("ns/rs", Some("ns/gone".into()));
+        expectations.observed("ns/rs", "ns/gone", true);
         assert!(expectations.satisfied("ns/rs", seen));
     }
 }

@@ -258,6 +258,7 @@ impl Controller {
         let deleting = d.metadata.deletion_timestamp.is_some();
         let api = self.rs_api(&namespace);
         let mut owned = Vec::new();
+        let mut fresh_checked = false;
         for rs in self.replica_sets.by_index(NAMESPACE_INDEX, &namespace) {
             let matches = selector_matches(selector, labels_of(&*rs));
             match controller_of(&*rs) {
@@ -288,6 +289,26 @@ impl Controller {
                     let Some(reference) = controller_reference(d) else {
                         continue;
                     };
+                    // Upstream reads the Deployment live once before adopting:
+                    // one being deleted (its cache behind) must not adopt
+                    // what the garbage collector just orphaned.
+                    if !fresh_checked {
+                        let live =
+                            Api::<Deployment>::namespaced(self.ctx.client.clone(), &namespace)
+                                .get_opt(&d.name_any())
+                                .await
+                                .map_err(api_error("get the deployment before adopting"))?;
+                        if !live.is_some_and(|l| {
+                            l.metadata.uid.as_deref() == Some(uid.as_str())
+                                && l.metadata.deletion_timestamp.is_none()
+                        }) {
+                            return Err(Error::Failed(format!(
+                                "deployment {} changed or is being deleted: not adopting",
+                                d.name_any()
+                            )));
+                        }
+                        fresh_checked = true;
+                    }
                     let patch = json!({"metadata": {
                         "ownerReferences": [reference],
                         "uid": rs.metadata.uid,
@@ -320,6 +341,10 @@ impl Controller {
         let paused = d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
         let status = d.status.clone().unwrap_or_default();
         let reason = condition(&status, PROGRESSING).and_then(|c| c.reason.clone());
+        // A rollout that timed out stays timed out, paused or not.
+        if reason.as_deref() == Some(TIMED_OUT) {
+            return Ok(());
+        }
         let now = self.ctx.clock.now();
         let wanted = if paused && reason.as_deref() != Some(PAUSED) {
             new_condition(
@@ -347,12 +372,11 @@ impl Controller {
         Ok(())
     }
 
-    /// Whether a Deployment's size changed since its ReplicaSets were sized
-    /// (`isScalingEvent`).
+    /// Whether a Deployment's size changed since its active ReplicaSets
+    /// were sized (`isScalingEvent`).
     fn is_scaling_event(&self, d: &Deployment, rss: &[&ReplicaSet]) -> bool {
-        let (new, _) = find_new(d, rss);
         rss.iter()
-            .filter(|rs| replicas(rs) > 0 || new.is_some_and(|n| n.metadata.uid == rs.metadata.uid))
+            .filter(|rs| replicas(rs) > 0)
             .filter_map(|rs| {
                 rs.metadata
                     .annotations
@@ -983,8 +1007,9 @@ impl Controller {
                 );
             }
         }
-        // The first failure of a ReplicaSet shows on the Deployment.
-        let failure = all.iter().find_map(|rs| {
+        // A failure of the new ReplicaSet (else of an old one) shows on the
+        // Deployment.
+        let failure = new.into_iter().chain(old.iter()).find_map(|rs| {
             rs.status
                 .as_ref()?
                 .conditions

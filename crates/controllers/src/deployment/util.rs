@@ -282,12 +282,15 @@ fn fraction(d: &Deployment, rs: &ReplicaSet) -> i32 {
         return -replicas(rs);
     }
     let total = desired(d) + max_surge(d);
-    let annotated = annotation_i32(rs, MAX_REPLICAS).unwrap_or_else(|| {
+    let from_status = || {
         d.status
             .as_ref()
             .and_then(|s| s.replicas)
             .unwrap_or_default()
-    });
+    };
+    let annotated = annotation_i32(rs, MAX_REPLICAS)
+        .filter(|a| *a != 0)
+        .unwrap_or_else(from_status);
     if annotated == 0 {
         return 0;
     }

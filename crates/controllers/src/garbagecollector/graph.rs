@@ -335,6 +335,17 @@ impl Graph {
                     if other_namespace || mismatch {
                         work.delete(uid);
                     }
+                    // An owner already deleting its dependents in the
+                    // foreground queued those it had when it started; one
+                    // seen only now (listed after it, or created since) is
+                    // queued here.
+                    let owner_waits = self
+                        .nodes
+                        .get(&owner.uid)
+                        .is_some_and(|o| o.deleting_dependents);
+                    if owner_waits && !other_namespace && !mismatch {
+                        work.delete(uid);
+                    }
                 }
             }
         }
@@ -499,6 +510,18 @@ mod tests {
         assert_eq!(work.attempt_to_delete, ["u-rs"]);
         assert!(graph.blocking_dependents("u-rs").is_empty());
         assert!(!graph.has_blocking_dependents("u-rs"));
+    }
+
+    #[test]
+    fn a_dependent_seen_after_its_owner_started_a_foreground_deletion_is_deleted() {
+        let mut graph = Graph::default();
+        let (rs, pod) = (id("ReplicaSet", "rs", "u-rs"), id("Pod", "p", "u-p"));
+        // Listed in this order: the owner's deletion started with no
+        // dependent known.
+        let work = graph.upsert(seen(&rs, vec![], true, &[FOREGROUND]));
+        assert_eq!(work.attempt_to_delete, ["u-rs"]);
+        let work = graph.upsert(seen(&pod, vec![owner(&rs, true)], false, &[]));
+        assert_eq!(work.attempt_to_delete, ["u-p"]);
     }
 
     #[test]

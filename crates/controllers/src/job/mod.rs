@@ -119,9 +119,19 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                     },
                     change = pod_changes.next_until(&stop) => match change {
                         None => return,
-                        Some(Change::Applied { new: p, .. } | Change::Deleted(p)) => {
+                        Some(change @ (Change::Applied { .. } | Change::Deleted(_))) => {
+                            let (p, gone) = match change {
+                                Change::Applied { new, .. } => {
+                                    let deleting = new.metadata.deletion_timestamp.is_some();
+                                    (new, deleting)
+                                }
+                                Change::Deleted(old) => (old, true),
+                                Change::Resync => continue,
+                            };
                             if let Some(job) = c.job_of(&p) {
-                                c.queue.add(key_of(&*job));
+                                let key = key_of(&*job);
+                                c.expectations.observed(&key, &key_of(&*p), gone);
+                                c.queue.add(key);
                             } else if has_finalizer(&*p, TRACKING_FINALIZER) && controller_of(&*p).is_some_and(|r| r.kind == "Job") {
                                 // Its Job is gone: nothing will count it.
                                 c.queue.add(orphan_key(&p));

@@ -98,7 +98,11 @@ fn rule_matches(rule: &PodFailurePolicyRule, pod: &Pod) -> Option<String> {
         return None;
     }
     for pattern in rule.on_pod_conditions.iter().flatten() {
-        let wanted_status = pattern.status.as_str();
+        // The API server defaults it to True.
+        let wanted_status = match pattern.status.as_str() {
+            "" => "True",
+            given => given,
+        };
         let found = pod
             .status
             .as_ref()

@@ -262,7 +262,9 @@ impl<K: Workload> Controller<K> {
                 .for_each(|k| self.queue.add(k)),
             Change::Deleted(old) => {
                 if let Some(owner) = self.controller_of_pod(&old) {
-                    self.queue.add(key_of(&*owner));
+                    let key = key_of(&*owner);
+                    self.expectations.observed(&key, &key_of(&*old), true);
+                    self.queue.add(key);
                 }
             }
             Change::Applied { old, new } => {
@@ -282,6 +284,8 @@ impl<K: Workload> Controller<K> {
                 match owner {
                     Some(owner) => {
                         let key = key_of(&*owner);
+                        let deleting = new.metadata.deletion_timestamp.is_some();
+                        self.expectations.observed(&key, &key_of(&*new), deleting);
                         self.queue.add(key.clone());
                         // Ready now: available after minReadySeconds.
                         let min_ready = owner
@@ -410,7 +414,14 @@ impl<K: Workload> Controller<K> {
                             Some(live)
                                 if live.meta().uid.as_deref() == Some(uid.as_str())
                                     && live.meta().deletion_timestamp.is_none() => {}
-                            _ => return Ok(claimed),
+                            // Its cache is behind: nothing is decided on it.
+                            _ => {
+                                return Err(Error::Failed(format!(
+                                    "{} {} changed or is being deleted: not adopting",
+                                    K::kind(&()),
+                                    owner.name_any()
+                                )));
+                            }
                         }
                         fresh_checked = true;
                     }
@@ -498,15 +509,12 @@ impl<K: Workload> Controller<K> {
             let Some(template) = spec.template.clone() else {
                 return Err(Error::Failed("no pod template".into()));
             };
-            let mut pod = Pod {
-                metadata: template.metadata.unwrap_or_default(),
-                spec: template.spec,
-                status: None,
-            };
-            pod.metadata.generate_name = Some(format!("{}-", owner.name_any()));
-            pod.metadata.name = None;
-            pod.metadata.namespace = Some(namespace.clone());
-            pod.metadata.owner_references = Some(vec![Self::reference(owner)]);
+            let pod = pod_from_template(
+                &template,
+                &format!("{}-", owner.name_any()),
+                &namespace,
+                Self::reference(owner),
+            );
             self.expectations.expect_creations(key, count);
             let (created, failure) = self
                 .create_in_batches(key, owner, &namespace, &pod, count)
@@ -520,9 +528,9 @@ impl<K: Workload> Controller<K> {
                     "Create",
                     &format!("Error creating: {message}"),
                 );
-                return Err(Error::Failed(format!(
-                    "created {created} of {count} pods: {message}"
-                )));
+                tracing::info!(controller = K::CONTROLLER, key, created, count, %message, "pod creation failed");
+                // The message as upstream's ReplicaFailure condition shows it.
+                return Err(Error::Failed(message));
             }
             if created > 0 {
                 tracing::debug!(controller = K::CONTROLLER, key, created, "created pods");
@@ -759,6 +767,29 @@ impl<K: Workload> Controller<K> {
             ))(e)),
         }
     }
+}
+
+/// A pod from `template` as upstream's `GetPodFromTemplate` makes it: its
+/// labels, annotations and finalizers, a generated name, the controller's
+/// reference; nothing else of the template's metadata.
+pub(crate) fn pod_from_template(
+    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    generate_name: &str,
+    namespace: &str,
+    controller: OwnerReference,
+) -> Pod {
+    let meta = template.metadata.clone().unwrap_or_default();
+    let mut pod = Pod {
+        spec: template.spec.clone(),
+        ..Pod::default()
+    };
+    pod.metadata.labels = meta.labels;
+    pod.metadata.annotations = meta.annotations;
+    pod.metadata.finalizers = meta.finalizers;
+    pod.metadata.generate_name = Some(generate_name.to_string());
+    pod.metadata.namespace = Some(namespace.to_string());
+    pod.metadata.owner_references = Some(vec![controller]);
+    pod
 }
 
 /// The message of an API error as events and conditions show it.
