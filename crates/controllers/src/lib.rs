@@ -15,6 +15,7 @@
 
 pub mod deployment;
 pub mod discovery;
+pub mod endpoints;
 pub mod garbagecollector;
 pub mod job;
 pub mod namespace;
@@ -64,6 +65,9 @@ pub struct Options {
     pub deployment_workers: usize,
     /// Jobs synced at once (`--concurrent-job-syncs`).
     pub job_workers: usize,
+    /// Services whose endpoints are synced at once
+    /// (`--concurrent-endpoint-syncs`).
+    pub endpoint_workers: usize,
     /// How often the garbage collector looks for new resources (CRDs).
     pub discovery_every: Duration,
     /// The cluster's CA bundle (PEM), published in every namespace as the
@@ -81,6 +85,7 @@ impl Default for Options {
             replicaset_workers: 5,
             deployment_workers: 5,
             job_workers: 5,
+            endpoint_workers: 5,
             root_ca: None,
             discovery_every: Duration::from_secs(30),
             lease: Some(LeaseConfig::new("kube-controller-manager", &identity())),
@@ -118,6 +123,11 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
         Box::pin(deployment::run(ctx, stop))
     }),
     ("job-controller", |ctx, stop| Box::pin(job::run(ctx, stop))),
+    // One controller here for upstream's endpoints-controller,
+    // endpointslice-controller and endpointslice-mirroring-controller.
+    ("endpoints-controller", |ctx, stop| {
+        Box::pin(endpoints::run(ctx, stop))
+    }),
     ("serviceaccount-controller", |ctx, stop| {
         Box::pin(serviceaccount::run(ctx, stop))
     }),

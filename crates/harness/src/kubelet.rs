@@ -57,6 +57,8 @@ pub async fn play_nodes_in(
         None => Api::all(client.clone()),
     };
     let done: Arc<Mutex<HashSet<String>>> = Arc::default();
+    // Each pod an address of its own, as a node's pod CIDR gives out.
+    let mut next_ip: u32 = 1;
     let stream = watcher::watcher(pods.clone(), watcher::Config::default());
     futures::pin_mut!(stream);
     loop {
@@ -102,7 +104,9 @@ pub async fn play_nodes_in(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let now = rudder_api::time::format_rfc3339(seconds);
-        let status = status_for(&pod, outcome, &now);
+        let ip = format!("10.42.{}.{}", next_ip / 250, next_ip % 250 + 1);
+        next_ip += 1;
+        let status = status_for(&pod, outcome, &now, &ip);
         let name = pod.name_any();
         tokio::spawn(async move {
             let patch = json!({ "status": status });
@@ -116,7 +120,7 @@ pub async fn play_nodes_in(
     }
 }
 
-fn status_for(pod: &Pod, outcome: Outcome, now: &str) -> serde_json::Value {
+fn status_for(pod: &Pod, outcome: Outcome, now: &str, ip: &str) -> serde_json::Value {
     let containers: Vec<String> = pod
         .spec
         .as_ref()
@@ -147,7 +151,8 @@ fn status_for(pod: &Pod, outcome: Outcome, now: &str) -> serde_json::Value {
     json!({
         "phase": phase,
         "startTime": now,
-        "podIP": "10.42.0.1",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
         "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
             {"type": "Initialized", "status": "True", "lastTransitionTime": now},
