@@ -13,6 +13,7 @@
 //! give it a `run(Arc<Context>, CancellationToken)` and list it in
 //! [`CONTROLLERS`].
 
+pub mod cronjob;
 pub mod deployment;
 pub mod discovery;
 pub mod endpoints;
@@ -65,6 +66,8 @@ pub struct Options {
     pub deployment_workers: usize,
     /// Jobs synced at once (`--concurrent-job-syncs`).
     pub job_workers: usize,
+    /// CronJobs synced at once (`--concurrent-cron-job-syncs`).
+    pub cronjob_workers: usize,
     /// Services whose endpoints are synced at once
     /// (`--concurrent-endpoint-syncs`).
     pub endpoint_workers: usize,
@@ -86,6 +89,7 @@ impl Default for Options {
             deployment_workers: 5,
             job_workers: 5,
             endpoint_workers: 5,
+            cronjob_workers: 5,
             root_ca: None,
             discovery_every: Duration::from_secs(30),
             lease: Some(LeaseConfig::new("kube-controller-manager", &identity())),
@@ -123,6 +127,9 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
         Box::pin(deployment::run(ctx, stop))
     }),
     ("job-controller", |ctx, stop| Box::pin(job::run(ctx, stop))),
+    ("cronjob-controller", |ctx, stop| {
+        Box::pin(cronjob::run(ctx, stop))
+    }),
     // One controller here for upstream's endpoints-controller,
     // endpointslice-controller and endpointslice-mirroring-controller.
     ("endpoints-controller", |ctx, stop| {

@@ -57,6 +57,23 @@ pub async fn cluster_with_kubelet(decide: rudder_harness::kubelet::Decide) -> Cl
 }
 
 pub async fn cluster() -> Cluster {
+    cluster_on(ControlPlane::start().await)
+}
+
+/// A cluster on a fake clock the test advances, the stand-in kubelet
+/// treating pods as `decide` says.
+pub async fn cluster_with_fake_clock(decide: rudder_harness::kubelet::Decide) -> Cluster {
+    let c = cluster_on(ControlPlane::with_fake_clock().await);
+    tokio::spawn(rudder_harness::kubelet::play_nodes(
+        c.admin.clone(),
+        c.plane.clock(),
+        decide,
+        c.stop.clone(),
+    ));
+    c
+}
+
+fn cluster_on(plane: ControlPlane) -> Cluster {
     // RUDDER_LOG=debug shows what the controllers do.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -65,7 +82,6 @@ pub async fn cluster() -> Cluster {
         )
         .with_test_writer()
         .try_init();
-    let plane = ControlPlane::start().await;
     let admin = plane.admin();
     let client = plane.client(&Identity::controller_manager());
     let options = Options {
