@@ -214,6 +214,41 @@ impl ControllerManager {
     }
 }
 
+/// The end of every controller's `run`: `workers` workers reconciling
+/// `queue` with `sync`, beside its `watch` loop (informer changes to queue
+/// keys) and its event recorder's series tending, until `stop` fires.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serve<C, F, Fut, E>(
+    name: &'static str,
+    controller: Arc<C>,
+    queue: rudder_runtime::WorkQueue<String>,
+    workers: usize,
+    recorder: Option<rudder_runtime::Recorder>,
+    watch: impl std::future::Future<Output = ()>,
+    stop: CancellationToken,
+    sync: F,
+) where
+    C: Send + Sync + 'static,
+    F: Fn(Arc<C>, String) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<rudder_runtime::Action, E>> + Send,
+    E: std::fmt::Display + Send,
+{
+    let events = {
+        let stop = stop.clone();
+        async move {
+            if let Some(recorder) = recorder {
+                recorder.run(stop).await;
+            }
+        }
+    };
+    let reconcile = move |key: String| sync(controller.clone(), key);
+    tokio::join!(
+        watch,
+        events,
+        rudder_runtime::run_workers(name, queue, workers, stop, reconcile)
+    );
+}
+
 /// Starts every controller and waits until they stop.
 async fn run_controllers(context: Arc<Context>, stop: CancellationToken) {
     let mut tasks = tokio::task::JoinSet::new();

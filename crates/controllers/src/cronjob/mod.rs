@@ -19,7 +19,7 @@ use k8s_openapi::api::batch::v1::{CronJob, CronJobStatus, Job};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
-use rudder_runtime::controller::{Action, run_workers};
+use rudder_runtime::controller::Action;
 use rudder_runtime::events::reference_to;
 use rudder_runtime::informer::{OWNER_INDEX, Store, key_of};
 use rudder_runtime::meta::{controller_of, controller_reference};
@@ -85,23 +85,17 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
             }
         }
     };
-    let events = {
-        let (recorder, stop) = (c.recorder.clone(), stop.clone());
-        async move { recorder.run(stop).await }
-    };
-    let reconcile = {
-        let c = c.clone();
-        move |key: String| {
-            let c = c.clone();
-            async move { c.sync(&key).await }
-        }
-    };
-    let workers = ctx.options.cronjob_workers;
-    tokio::join!(
+    crate::serve(
+        CONTROLLER,
+        c.clone(),
+        c.queue.clone(),
+        ctx.options.cronjob_workers,
+        Some(c.recorder.clone()),
         watch,
-        events,
-        run_workers(CONTROLLER, c.queue.clone(), workers, stop, reconcile)
-    );
+        stop,
+        |c, key| async move { c.sync(&key).await },
+    )
+    .await;
 }
 
 fn timestamp(time: SystemTime) -> Timestamp {

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use rudder_runtime::controller::{Action, run_workers};
+use rudder_runtime::controller::Action;
 use rudder_runtime::events::reference_to;
 use rudder_runtime::informer::{NAMESPACE_INDEX, OWNER_INDEX, Store, key_of};
 use rudder_runtime::meta::{
@@ -116,23 +116,17 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
             }
         }
     };
-    let events = {
-        let (recorder, stop) = (c.recorder.clone(), stop.clone());
-        async move { recorder.run(stop).await }
-    };
-    let reconcile = {
-        let c = c.clone();
-        move |key: String| {
-            let c = c.clone();
-            async move { c.sync(&key).await }
-        }
-    };
-    let workers = ctx.options.deployment_workers;
-    tokio::join!(
+    crate::serve(
+        CONTROLLER,
+        c.clone(),
+        c.queue.clone(),
+        ctx.options.deployment_workers,
+        Some(c.recorder.clone()),
         watch,
-        events,
-        run_workers(CONTROLLER, c.queue.clone(), workers, stop, reconcile)
-    );
+        stop,
+        |c, key| async move { c.sync(&key).await },
+    )
+    .await;
 }
 
 impl Controller {

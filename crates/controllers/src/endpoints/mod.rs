@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
-use rudder_runtime::controller::{Action, run_workers};
+use rudder_runtime::controller::Action;
 use rudder_runtime::informer::{NAMESPACE_INDEX, Store, key, key_of};
 use rudder_runtime::meta::{controller_of, controller_reference};
 use rudder_runtime::{Change, WorkQueue};
@@ -113,18 +113,17 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
             }
         }
     };
-    let reconcile = {
-        let c = c.clone();
-        move |key: String| {
-            let c = c.clone();
-            async move { c.sync(&key).await }
-        }
-    };
-    let workers = ctx.options.endpoint_workers;
-    tokio::join!(
+    crate::serve(
+        "endpoint",
+        c.clone(),
+        c.queue.clone(),
+        ctx.options.endpoint_workers,
+        None,
         watch,
-        run_workers("endpoint", c.queue.clone(), workers, stop, reconcile)
-    );
+        stop,
+        |c, key| async move { c.sync(&key).await },
+    )
+    .await;
 }
 
 impl Controller {

@@ -25,7 +25,7 @@ use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTermina
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
-use rudder_runtime::controller::{Action, run_workers};
+use rudder_runtime::controller::Action;
 use rudder_runtime::events::reference_to;
 use rudder_runtime::expectations::Seen;
 use rudder_runtime::informer::{OWNER_INDEX, Store, key_of};
@@ -143,23 +143,17 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
             }
         }
     };
-    let events = {
-        let (recorder, stop) = (c.recorder.clone(), stop.clone());
-        async move { recorder.run(stop).await }
-    };
-    let reconcile = {
-        let c = c.clone();
-        move |key: String| {
-            let c = c.clone();
-            async move { c.sync(&key).await }
-        }
-    };
-    let workers = ctx.options.job_workers;
-    tokio::join!(
+    crate::serve(
+        CONTROLLER,
+        c.clone(),
+        c.queue.clone(),
+        ctx.options.job_workers,
+        Some(c.recorder.clone()),
         watch,
-        events,
-        run_workers(CONTROLLER, c.queue.clone(), workers, stop, reconcile)
-    );
+        stop,
+        |c, key| async move { c.sync(&key).await },
+    )
+    .await;
 }
 
 /// The queue key of a pod whose Job is gone.

@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
-use rudder_runtime::controller::{Action, run_workers};
+use rudder_runtime::controller::Action;
 use rudder_runtime::events::reference_to;
 use rudder_runtime::expectations::Seen;
 use rudder_runtime::informer::{NAMESPACE_INDEX, Object, Store, key, key_of};
@@ -196,30 +196,19 @@ async fn run_for<K: Workload>(ctx: Arc<Context>, stop: CancellationToken) {
             }
         }
     };
-    let events = {
-        let (recorder, stop) = (controller.recorder.clone(), stop.clone());
-        async move { recorder.run(stop).await }
-    };
-    let reconcile = {
-        let c = controller.clone();
-        move |key: String| {
-            let c = c.clone();
-            async move { c.sync(&key).await }
-        }
-    };
-    let workers = ctx.options.replicaset_workers;
-    tokio::join!(
-        watch_owners,
-        watch_pods,
-        events,
-        run_workers(
-            K::CONTROLLER,
-            controller.queue.clone(),
-            workers,
-            stop,
-            reconcile
-        )
-    );
+    crate::serve(
+        K::CONTROLLER,
+        controller.clone(),
+        controller.queue.clone(),
+        ctx.options.replicaset_workers,
+        Some(controller.recorder.clone()),
+        async move {
+            tokio::join!(watch_owners, watch_pods);
+        },
+        stop,
+        |c, key| async move { c.sync(&key).await },
+    )
+    .await;
 }
 
 impl<K: Workload> Controller<K> {
