@@ -20,8 +20,10 @@ pub mod endpoints;
 pub mod garbagecollector;
 pub mod job;
 pub mod namespace;
+pub mod podgc;
 pub mod replicaset;
 pub mod serviceaccount;
+pub mod ttl;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +68,12 @@ pub struct Options {
     pub deployment_workers: usize,
     /// Jobs synced at once (`--concurrent-job-syncs`).
     pub job_workers: usize,
+    /// Finished Jobs looked at once for their TTL
+    /// (`--concurrent-ttl-after-finished-syncs`).
+    pub ttl_workers: usize,
+    /// Finished pods kept before the oldest are deleted
+    /// (`--terminated-pod-gc-threshold`).
+    pub terminated_pod_gc_threshold: usize,
     /// CronJobs synced at once (`--concurrent-cron-job-syncs`).
     pub cronjob_workers: usize,
     /// Services whose endpoints are synced at once
@@ -90,6 +98,8 @@ impl Default for Options {
             job_workers: 5,
             endpoint_workers: 5,
             cronjob_workers: 5,
+            ttl_workers: 5,
+            terminated_pod_gc_threshold: 12_500,
             root_ca: None,
             discovery_every: Duration::from_secs(30),
             lease: Some(LeaseConfig::new("kube-controller-manager", &identity())),
@@ -129,6 +139,12 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     ("job-controller", |ctx, stop| Box::pin(job::run(ctx, stop))),
     ("cronjob-controller", |ctx, stop| {
         Box::pin(cronjob::run(ctx, stop))
+    }),
+    ("ttl-after-finished-controller", |ctx, stop| {
+        Box::pin(ttl::run(ctx, stop))
+    }),
+    ("pod-garbage-collector-controller", |ctx, stop| {
+        Box::pin(podgc::run(ctx, stop))
     }),
     // One controller here for upstream's endpoints-controller,
     // endpointslice-controller and endpointslice-mirroring-controller.
