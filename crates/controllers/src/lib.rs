@@ -23,6 +23,7 @@ pub mod namespace;
 pub mod podgc;
 pub mod replicaset;
 pub mod serviceaccount;
+pub mod statefulset;
 pub mod ttl;
 
 use std::sync::Arc;
@@ -66,6 +67,8 @@ pub struct Options {
     pub replicaset_workers: usize,
     /// Deployments synced at once (`--concurrent-deployment-syncs`).
     pub deployment_workers: usize,
+    /// StatefulSets synced at once (`--concurrent-statefulset-syncs`).
+    pub statefulset_workers: usize,
     /// Jobs synced at once (`--concurrent-job-syncs`).
     pub job_workers: usize,
     /// Finished Jobs looked at once for their TTL
@@ -96,6 +99,7 @@ impl Default for Options {
             replicaset_workers: 5,
             deployment_workers: 5,
             job_workers: 5,
+            statefulset_workers: 5,
             endpoint_workers: 5,
             cronjob_workers: 5,
             ttl_workers: 5,
@@ -135,6 +139,9 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     }),
     ("deployment-controller", |ctx, stop| {
         Box::pin(deployment::run(ctx, stop))
+    }),
+    ("statefulset-controller", |ctx, stop| {
+        Box::pin(statefulset::run(ctx, stop))
     }),
     ("job-controller", |ctx, stop| Box::pin(job::run(ctx, stop))),
     ("cronjob-controller", |ctx, stop| {

@@ -314,3 +314,115 @@ fn jobs_complete_and_kubectl_waits_for_them() {
         },
     );
 }
+
+const STATEFULSET: &str = "apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+spec:
+  replicas: 2
+  serviceName: db
+  selector:
+    matchLabels: {app: db}
+  template:
+    metadata:
+      labels: {app: db}
+    spec:
+      containers:
+      - {name: db, image: 'busybox:1'}
+";
+
+#[test]
+fn statefulsets_roll_out_and_back() {
+    // The API server defaults `rollingUpdate.partition` to 0, as upstream
+    // does, so kubectl reports a "partitioned" roll out.
+    each_version_with_nodes(
+        |tag| format!("sts-{tag}"),
+        |k, tag, failures| {
+            let ns = format!("sts-{tag}");
+            k.expect(
+                failures,
+                "create the namespace",
+                &["create", "namespace", &ns],
+                None,
+                "created",
+            );
+            k.expect(
+                failures,
+                "apply",
+                &["apply", "-f", "-"],
+                Some(STATEFULSET),
+                "created",
+            );
+            let status = |what: &str, failures: &mut Vec<String>| {
+                k.expect(
+                    failures,
+                    &format!("rollout status after {what}"),
+                    &["rollout", "status", "statefulset/db", "--timeout=60s"],
+                    None,
+                    "partitioned roll out complete: 2 new pods have been updated",
+                );
+            };
+            status("create", failures);
+            k.expect(
+                failures,
+                "set image",
+                &["set", "image", "statefulset/db", "db=busybox:2"],
+                None,
+                "image updated",
+            );
+            status("set image", failures);
+            let (_, history) = k.run(&["rollout", "history", "statefulset/db"], None);
+            if !(history.contains("REVISION")
+                && history.contains("\n1 ")
+                && history.contains("\n2 "))
+            {
+                failures.push(format!(
+                    "rollout history lists revisions 1 and 2: {history}"
+                ));
+            }
+            k.expect(
+                failures,
+                "rollout undo",
+                &["rollout", "undo", "statefulset/db"],
+                None,
+                "rolled back",
+            );
+            status("undo", failures);
+            let (_, image) = k.run(
+                &[
+                    "get",
+                    "pod",
+                    "db-1",
+                    "-o",
+                    "jsonpath={.spec.containers[0].image}",
+                ],
+                None,
+            );
+            if image != "busybox:1" {
+                failures.push(format!("undo brings back busybox:1 on db-1, got {image}"));
+            }
+            k.expect(
+                failures,
+                "scale",
+                &["scale", "statefulset/db", "--replicas=3"],
+                None,
+                "scaled",
+            );
+            k.expect(
+                failures,
+                "rollout status after scale",
+                &["rollout", "status", "statefulset/db", "--timeout=60s"],
+                None,
+                "partitioned roll out complete: 3 new pods have been updated",
+            );
+            k.expect(
+                failures,
+                "delete the namespace",
+                &["delete", "namespace", &ns],
+                None,
+                "deleted",
+            );
+        },
+    );
+}
