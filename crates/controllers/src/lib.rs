@@ -16,6 +16,7 @@
 pub mod cronjob;
 pub mod deployment;
 pub mod discovery;
+pub mod disruption;
 pub mod endpoints;
 pub mod garbagecollector;
 pub mod job;
@@ -67,6 +68,8 @@ pub struct Options {
     pub replicaset_workers: usize,
     /// Deployments synced at once (`--concurrent-deployment-syncs`).
     pub deployment_workers: usize,
+    /// PodDisruptionBudgets synced at once.
+    pub disruption_workers: usize,
     /// StatefulSets synced at once (`--concurrent-statefulset-syncs`).
     pub statefulset_workers: usize,
     /// Jobs synced at once (`--concurrent-job-syncs`).
@@ -100,6 +103,7 @@ impl Default for Options {
             deployment_workers: 5,
             job_workers: 5,
             statefulset_workers: 5,
+            disruption_workers: 2,
             endpoint_workers: 5,
             cronjob_workers: 5,
             ttl_workers: 5,
@@ -146,6 +150,9 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     ("job-controller", |ctx, stop| Box::pin(job::run(ctx, stop))),
     ("cronjob-controller", |ctx, stop| {
         Box::pin(cronjob::run(ctx, stop))
+    }),
+    ("disruption-controller", |ctx, stop| {
+        Box::pin(disruption::run(ctx, stop))
     }),
     ("ttl-after-finished-controller", |ctx, stop| {
         Box::pin(ttl::run(ctx, stop))

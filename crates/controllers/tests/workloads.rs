@@ -469,3 +469,44 @@ async fn a_rollback_after_a_scale_rolls_out() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disruption_budget_counts_healthy_pods_against_the_deployment() {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let c = cluster_with_nodes().await;
+    let deployments: Api<Deployment> = Api::namespaced(c.admin.clone(), "default");
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("guarded", 4, "busybox:1"),
+        )
+        .await
+        .expect("create");
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(c.admin.clone(), "default");
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "guard"},
+        "spec": {"maxUnavailable": "25%", "selector": {"matchLabels": {"app": "guarded"}}}
+    }))
+    .expect("pdb");
+    budgets
+        .create(&PostParams::default(), &budget)
+        .await
+        .expect("create");
+    until("the budget allows one disruption of four", || async {
+        let s = budgets
+            .get("guard")
+            .await
+            .expect("get")
+            .status
+            .unwrap_or_default();
+        let allowed = s.conditions.iter().flatten().any(|c| {
+            c.type_ == "DisruptionAllowed" && c.status == "True" && c.reason == "SufficientPods"
+        });
+        s.expected_pods == 4
+            && s.current_healthy == 4
+            && s.desired_healthy == 3
+            && s.disruptions_allowed == 1
+            && allowed
+    })
+    .await;
+}
