@@ -21,6 +21,7 @@ pub mod endpoints;
 pub mod garbagecollector;
 pub mod job;
 pub mod namespace;
+pub mod nodeipam;
 pub mod podgc;
 pub mod replicaset;
 pub mod serviceaccount;
@@ -68,6 +69,10 @@ pub struct Options {
     pub replicaset_workers: usize,
     /// Deployments synced at once (`--concurrent-deployment-syncs`).
     pub deployment_workers: usize,
+    /// The CIDR node pod ranges are cut from (`--cluster-cidr`).
+    pub cluster_cidr: String,
+    /// The size of each Node's range (`--node-cidr-mask-size`).
+    pub node_cidr_mask: u8,
     /// PodDisruptionBudgets synced at once.
     pub disruption_workers: usize,
     /// StatefulSets synced at once (`--concurrent-statefulset-syncs`).
@@ -104,6 +109,8 @@ impl Default for Options {
             job_workers: 5,
             statefulset_workers: 5,
             disruption_workers: 2,
+            cluster_cidr: "10.42.0.0/16".into(),
+            node_cidr_mask: 24,
             endpoint_workers: 5,
             cronjob_workers: 5,
             ttl_workers: 5,
@@ -153,6 +160,9 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     }),
     ("disruption-controller", |ctx, stop| {
         Box::pin(disruption::run(ctx, stop))
+    }),
+    ("node-ipam-controller", |ctx, stop| {
+        Box::pin(nodeipam::run(ctx, stop))
     }),
     ("ttl-after-finished-controller", |ctx, stop| {
         Box::pin(ttl::run(ctx, stop))

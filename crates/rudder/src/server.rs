@@ -54,6 +54,10 @@ pub struct ServerArgs {
     /// API server stores what it is given and nothing reconciles it.
     #[arg(long)]
     pub disable_controllers: bool,
+
+    /// The CIDR every Node's pod range (`spec.podCIDR`, a /24) is cut from.
+    #[arg(long, default_value = "10.42.0.0/16")]
+    pub cluster_cidr: String,
 }
 
 /// The backend a `--store` value names.
@@ -147,6 +151,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     };
     let mut server = Server::start(ServerOptions::new(&args.data_dir, store, Some(listen))).await?;
     if !args.disable_controllers {
+        rudder_controllers::nodeipam::Ranges::parse(&args.cluster_cidr, 24)
+            .map_err(|e| anyhow::anyhow!("--cluster-cidr: {e}"))?;
         let client = server.client(&Identity::controller_manager());
         let ca = rudder_apiserver::tls::TlsFiles::new(&args.data_dir).ca_cert();
         let options = rudder_controllers::Options {
@@ -154,6 +160,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
                 std::fs::read_to_string(&ca)
                     .with_context(|| format!("read the cluster CA {}", ca.display()))?,
             ),
+            cluster_cidr: args.cluster_cidr.clone(),
             ..rudder_controllers::Options::default()
         };
         let manager = rudder_controllers::ControllerManager::new(client, options);
