@@ -14,6 +14,7 @@
 //! [`CONTROLLERS`].
 
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod discovery;
 pub mod disruption;
@@ -75,6 +76,8 @@ pub struct Options {
     pub node_cidr_mask: u8,
     /// PodDisruptionBudgets synced at once.
     pub disruption_workers: usize,
+    /// DaemonSets synced at once (`--concurrent-daemonset-syncs`).
+    pub daemonset_workers: usize,
     /// StatefulSets synced at once (`--concurrent-statefulset-syncs`).
     pub statefulset_workers: usize,
     /// Jobs synced at once (`--concurrent-job-syncs`).
@@ -108,6 +111,7 @@ impl Default for Options {
             deployment_workers: 5,
             job_workers: 5,
             statefulset_workers: 5,
+            daemonset_workers: 2,
             disruption_workers: 2,
             cluster_cidr: "10.42.0.0/16".into(),
             node_cidr_mask: 24,
@@ -150,6 +154,9 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     }),
     ("deployment-controller", |ctx, stop| {
         Box::pin(deployment::run(ctx, stop))
+    }),
+    ("daemonset-controller", |ctx, stop| {
+        Box::pin(daemonset::run(ctx, stop))
     }),
     ("statefulset-controller", |ctx, stop| {
         Box::pin(statefulset::run(ctx, stop))

@@ -70,3 +70,98 @@ async fn every_node_gets_a_range_of_its_own() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemonset_runs_one_pod_per_fitting_node_and_rolls_out() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+    use kube::api::{ListParams, Patch, PatchParams};
+    let c = support::cluster_with_nodes().await;
+    add_node(&c.admin, "n1").await;
+    add_node(&c.admin, "n2").await;
+    let tainted: Node = serde_json::from_value(json!({"metadata": {"name": "n3"},
+        "spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]}}))
+    .expect("node");
+    Api::<Node>::all(c.admin.clone())
+        .create(&PostParams::default(), &tainted)
+        .await
+        .expect("create");
+    let api: Api<DaemonSet> = Api::namespaced(c.admin.clone(), "default");
+    let set: DaemonSet = serde_json::from_value(json!({"metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}}})).expect("set");
+    api.create(&PostParams::default(), &set)
+        .await
+        .expect("create");
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    let live = || async {
+        let mut all = pods
+            .list(&ListParams::default().labels("app=agent"))
+            .await
+            .expect("list")
+            .items;
+        all.retain(|p| p.metadata.deletion_timestamp.is_none());
+        all
+    };
+    let done = |s: &DaemonSet| {
+        let st = s.status.clone().unwrap_or_default();
+        st.observed_generation >= s.metadata.generation
+            && st.desired_number_scheduled == 2
+            && st.number_ready == 2
+            && st.updated_number_scheduled == Some(2)
+            && st.number_available == Some(2)
+    };
+    until("ready on the two untainted nodes", || async {
+        done(&api.get("agent").await.expect("get"))
+    })
+    .await;
+    let mut nodes: Vec<String> = live()
+        .await
+        .iter()
+        .map(|p| {
+            let terms = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|a| {
+                    a.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                })
+                .expect("affinity")
+                .node_selector_terms
+                .clone();
+            terms[0].match_fields.as_ref().expect("fields")[0]
+                .values
+                .as_ref()
+                .expect("values")[0]
+                .clone()
+        })
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2"]);
+    api.patch("agent", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}}}})))
+        .await
+        .expect("new image");
+    until("the new image on both", || async {
+        let all = live().await;
+        done(&api.get("agent").await.expect("get"))
+            && all.len() == 2
+            && all.iter().all(|p| {
+                p.spec
+                    .as_ref()
+                    .is_some_and(|s| s.containers[0].image.as_deref() == Some("busybox:2"))
+            })
+    })
+    .await;
+    // A third node that fits gets one too.
+    add_node(&c.admin, "n4").await;
+    until("three pods", || async { live().await.len() == 3 }).await;
+    assert!(
+        live()
+            .await
+            .iter()
+            .all(|p| p.name_any().starts_with("agent-"))
+    );
+}

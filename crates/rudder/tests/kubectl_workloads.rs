@@ -426,3 +426,69 @@ fn statefulsets_roll_out_and_back() {
         },
     );
 }
+
+#[test]
+fn daemonsets_roll_out_on_every_node() {
+    each_version_with_nodes(
+        |tag| format!("ds-{tag}"),
+        |k, tag, failures| {
+            let ns = format!("ds-{tag}");
+            k.expect(
+                failures,
+                "create the namespace",
+                &["create", "namespace", &ns],
+                None,
+                "created",
+            );
+            let node = format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: node-{tag}\n");
+            k.expect(
+                failures,
+                "add a node",
+                &["apply", "-f", "-"],
+                Some(&node),
+                "created",
+            );
+            let set = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: agent\nspec:\n  selector:\n    matchLabels: {app: agent}\n  template:\n    metadata:\n      labels: {app: agent}\n    spec:\n      containers:\n      - {name: agent, image: 'busybox:1'}\n";
+            k.expect(
+                failures,
+                "apply",
+                &["apply", "-f", "-"],
+                Some(set),
+                "created",
+            );
+            let status = |what: &str, failures: &mut Vec<String>| {
+                k.expect(
+                    failures,
+                    &format!("rollout status after {what}"),
+                    &["rollout", "status", "daemonset/agent", "--timeout=60s"],
+                    None,
+                    "daemon set \"agent\" successfully rolled out",
+                );
+            };
+            status("create", failures);
+            k.expect(
+                failures,
+                "set image",
+                &["set", "image", "daemonset/agent", "agent=busybox:2"],
+                None,
+                "image updated",
+            );
+            status("set image", failures);
+            k.expect(
+                failures,
+                "rollout undo",
+                &["rollout", "undo", "daemonset/agent"],
+                None,
+                "rolled back",
+            );
+            status("undo", failures);
+            k.expect(
+                failures,
+                "delete the namespace",
+                &["delete", "namespace", &ns],
+                None,
+                "deleted",
+            );
+        },
+    );
+}
