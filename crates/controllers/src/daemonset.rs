@@ -387,10 +387,9 @@ impl Controller {
         for p in self.pods.by_index(OWNER_INDEX, &uid) {
             if controller_of(&*p).is_some_and(|r| r.uid == uid)
                 && p.metadata.deletion_timestamp.is_none()
+                && let Some(node) = node_of(&p)
             {
-                if let Some(node) = node_of(&p) {
-                    by_node.entry(node).or_default().push(p);
-                }
+                by_node.entry(node).or_default().push(p);
             }
         }
         let nodes = self.nodes.list();
