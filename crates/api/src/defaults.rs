@@ -170,6 +170,36 @@ pub(crate) fn cron_job(object: &mut Value) {
 /// A Job's generated selector (unless it asks for `manualSelector`): its
 /// pods labelled with the Job's uid and name, and the selector matching the
 /// uid, as upstream's Job strategy sets on create.
+/// Upstream's `DefaultTolerationSeconds` admission: a new pod that does not
+/// tolerate the `not-ready` and `unreachable` NoExecute taints already
+/// tolerates them for 300 s, so a lost node's pods are evicted after five
+/// minutes rather than at once.
+pub(crate) fn pod_default_toleration_seconds(object: &mut Value) {
+    const SECONDS: i64 = 300;
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(list) = tolerations.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let covered = list.iter().any(|t| {
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            let operator = t.get("operator").and_then(Value::as_str).unwrap_or("Equal");
+            let tkey = t.get("key").and_then(Value::as_str).unwrap_or("");
+            (effect.is_empty() || effect == "NoExecute")
+                && (tkey == key || (tkey.is_empty() && operator == "Exists"))
+        });
+        if !covered {
+            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": SECONDS}));
+        }
+    }
+}
+
 pub(crate) fn job_selector(object: &mut Value) {
     if object.pointer("/spec/manualSelector") == Some(&json!(true)) {
         return;
@@ -386,6 +416,23 @@ pub(crate) fn service(object: &mut Value) {
 mod tests {
     use super::*;
     use crate::Registry;
+
+    #[test]
+    fn new_pods_tolerate_lost_nodes_for_five_minutes() {
+        let mut pod = json!({"spec": {"containers": [], "tolerations": [
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}]}});
+        pod_default_toleration_seconds(&mut pod);
+        let tolerations = pod["spec"]["tolerations"].as_array().expect("list");
+        assert_eq!(tolerations.len(), 2, "its own unreachable toleration kept");
+        assert_eq!(tolerations[1]["key"], "node.kubernetes.io/not-ready");
+        assert_eq!(tolerations[1]["tolerationSeconds"], 300);
+        let mut everything = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
+        pod_default_toleration_seconds(&mut everything);
+        assert_eq!(
+            everything["spec"]["tolerations"].as_array().map(Vec::len),
+            Some(1)
+        );
+    }
 
     #[test]
     fn deployments_get_upstreams_defaults() {

@@ -23,6 +23,7 @@ pub mod garbagecollector;
 pub mod job;
 pub mod namespace;
 pub mod nodeipam;
+pub mod nodelifecycle;
 pub mod podgc;
 pub mod replicaset;
 pub mod serviceaccount;
@@ -167,6 +168,9 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     }),
     ("disruption-controller", |ctx, stop| {
         Box::pin(disruption::run(ctx, stop))
+    }),
+    ("node-lifecycle-controller", |ctx, stop| {
+        Box::pin(nodelifecycle::run(ctx, stop))
     }),
     ("node-ipam-controller", |ctx, stop| {
         Box::pin(nodeipam::run(ctx, stop))

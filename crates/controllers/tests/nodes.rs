@@ -165,3 +165,106 @@ async fn a_daemonset_runs_one_pod_per_fitting_node_and_rolls_out() {
             .all(|p| p.name_any().starts_with("agent-"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_becomes_unknown_tainted_and_its_pods_go_after_five_minutes() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    use std::time::Duration;
+    let c = support::cluster_with_fake_clock(std::sync::Arc::new(|_: &Pod| None)).await;
+    let clock = c.plane.fake_clock().expect("fake");
+    let nodes: Api<Node> = Api::all(c.admin.clone());
+    add_node(&c.admin, "lost").await;
+    let now = {
+        use rudder_api::time::Clock as _;
+        jiff::Timestamp::try_from(clock.now()).expect("time")
+    };
+    nodes
+        .patch_status("lost", &PatchParams::default(), &Patch::Merge(json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})))
+        .await
+        .expect("ready");
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "stranded"},
+        "spec": {"nodeName": "lost", "containers": [{"name": "c", "image": "busybox"}]}}))
+    .expect("pod");
+    let p = pods
+        .create(&PostParams::default(), &p)
+        .await
+        .expect("create");
+    let defaults: Vec<_> = p
+        .spec
+        .and_then(|s| s.tolerations)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.toleration_seconds == Some(300))
+        .collect();
+    assert_eq!(
+        defaults.len(),
+        2,
+        "not-ready and unreachable tolerated for 300 s by default"
+    );
+
+    let step = |by: u64| {
+        let clock = clock.clone();
+        async move {
+            clock.advance(Duration::from_secs(by));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    };
+    let unknown = || async {
+        nodes
+            .get("lost")
+            .await
+            .expect("get")
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "Unknown"
+                    && c.reason.as_deref() == Some("NodeStatusUnknown")
+            })
+    };
+    for _ in 0..30 {
+        if unknown().await {
+            break;
+        }
+        step(5).await;
+    }
+    assert!(unknown().await, "no heartbeat for 50 s: Unknown");
+    until("unreachable taints", || async {
+        step(5).await;
+        let taints = nodes
+            .get("lost")
+            .await
+            .expect("get")
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default();
+        ["NoSchedule", "NoExecute"].iter().all(|e| {
+            taints
+                .iter()
+                .any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == *e)
+        })
+    })
+    .await;
+    assert!(
+        pods.get_opt("stranded").await.expect("get").is_some(),
+        "tolerated for now"
+    );
+    step(200).await;
+    assert!(
+        pods.get_opt("stranded").await.expect("get").is_some(),
+        "still within its 300 s"
+    );
+    until("evicted after its toleration", || async {
+        step(30).await;
+        pods.get_opt("stranded")
+            .await
+            .expect("get")
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+}
