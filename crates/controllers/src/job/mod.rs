@@ -220,14 +220,29 @@ enum Fate {
     Failed,
 }
 
-/// A deleted pod that never reached a node has failed: nothing will run
-/// it (upstream's pod GC marks it Failed; rudder's Job controller does not
-/// wait for that).
-fn fate(p: &Pod) -> Fate {
+/// Whether only pods in the Failed phase count as failed (upstream's
+/// `onlyReplaceFailedPods`: podReplacementPolicy Failed, or a
+/// podFailurePolicy, which must see the phase and exit codes).
+fn only_failed_count(job: &Job) -> bool {
+    job.spec.as_ref().is_some_and(|s| {
+        s.pod_replacement_policy.as_deref() == Some("Failed") || s.pod_failure_policy.is_some()
+    })
+}
+
+/// What a pod is for counting (upstream's `isPodFailed`): a deleted pod
+/// that did not succeed has failed — at once by default, or, when only
+/// Failed pods count, once it reaches that phase; one that never reached a
+/// node has failed either way, as nothing will run it (upstream's pod GC
+/// marks it Failed).
+fn fate(p: &Pod, only_failed: bool) -> Fate {
     match pod::phase(p) {
         "Succeeded" => Fate::Succeeded,
         "Failed" => Fate::Failed,
-        _ if p.metadata.deletion_timestamp.is_some() && pod::node(p).is_none() => Fate::Failed,
+        _ if p.metadata.deletion_timestamp.is_some()
+            && (!only_failed || pod::node(p).is_none()) =>
+        {
+            Fate::Failed
+        }
         _ if p.metadata.deletion_timestamp.is_some() => Fate::Terminating,
         _ => Fate::Active,
     }
@@ -350,6 +365,7 @@ impl Controller {
         let now = self.ctx.clock.now();
         let spec = job.spec.clone().unwrap_or_default();
         let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+        let only_failed = only_failed_count(&job);
 
         // Count what finished: uncounted first, then released, then counted.
         let mut uncounted = status.uncounted_terminated_pods.clone().unwrap_or_default();
@@ -376,7 +392,7 @@ impl Controller {
             if listed.contains(&pod_uid) {
                 continue;
             }
-            match fate(p) {
+            match fate(p, only_failed) {
                 Fate::Succeeded => {
                     if indexed {
                         match policy::index_of(p) {
@@ -486,10 +502,13 @@ impl Controller {
 
         let active: Vec<Arc<Pod>> = pods
             .iter()
-            .filter(|p| fate(p) == Fate::Active)
+            .filter(|p| fate(p, only_failed) == Fate::Active)
             .cloned()
             .collect();
-        let terminating = pods.iter().filter(|p| fate(p) == Fate::Terminating).count() as i32;
+        let terminating = pods
+            .iter()
+            .filter(|p| fate(p, only_failed) == Fate::Terminating)
+            .count() as i32;
         let succeeded = status.succeeded.unwrap_or(0);
         let failed = status.failed.unwrap_or(0);
         let mut action = Action::Done;
