@@ -76,6 +76,10 @@ struct Controller {
     expectations: Expectations,
     recorder: Recorder,
     backoff: Mutex<HashMap<String, Backoff>>,
+    /// Pods whose tracking finalizer was removed (and which are counted)
+    /// while the cache may still show it (upstream's finalizer
+    /// expectations): never counted again.
+    released: Mutex<HashSet<String>>,
 }
 
 /// Runs the Job controller until `stop` fires.
@@ -96,6 +100,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
             ctx.clock.clone(),
         ),
         backoff: Mutex::default(),
+        released: Mutex::default(),
         ctx: ctx.clone(),
     });
     jobs.wait_synced().await;
@@ -125,7 +130,12 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                                     let deleting = new.metadata.deletion_timestamp.is_some();
                                     (new, deleting)
                                 }
-                                Change::Deleted(old) => (old, true),
+                                Change::Deleted(old) => {
+                                    if let Some(uid) = &old.metadata.uid {
+                                        c.released.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+                                    }
+                                    (old, true)
+                                }
                                 Change::Resync => continue,
                             };
                             if let Some(job) = c.job_of(&p) {
@@ -287,13 +297,30 @@ impl Controller {
         let releases: Vec<_> = pods
             .iter()
             .filter(|p| has_finalizer(&***p, TRACKING_FINALIZER))
-            .map(|p| self.release(p))
+            .map(|p| async move {
+                self.release(p).await?;
+                if let Some(uid) = p.metadata.uid.clone() {
+                    self.released
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(uid);
+                }
+                Ok(())
+            })
             .collect();
         let outcomes: Vec<Result<(), Error>> = futures::stream::iter(releases)
             .buffer_unordered(32)
             .collect()
             .await;
         outcomes.into_iter().collect()
+    }
+
+    /// Deletes pods the Job no longer wants (suspended, or more than
+    /// parallelism): their finalizer goes first, so they are not counted
+    /// as failures (upstream's `deleteJobPods`).
+    async fn remove_pods(&self, job: &Job, pods: &[Arc<Pod>]) -> Result<(), Error> {
+        self.release_all(pods).await?;
+        self.delete_pods(job, pods).await
     }
 
     async fn delete_pods(&self, job: &Job, pods: &[Arc<Pod>]) -> Result<(), Error> {
@@ -384,12 +411,29 @@ impl Controller {
             .as_deref()
             .map(policy::parse_indexes)
             .unwrap_or_default();
+        // Released pods the cache now shows without the finalizer need no
+        // more remembering.
+        {
+            let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+            for p in &pods {
+                if !has_finalizer(&**p, TRACKING_FINALIZER)
+                    && let Some(uid) = &p.metadata.uid
+                {
+                    released.remove(uid);
+                }
+            }
+        }
         for p in pods
             .iter()
             .filter(|p| has_finalizer(&***p, TRACKING_FINALIZER))
         {
             let pod_uid = p.metadata.uid.clone().unwrap_or_default();
-            if listed.contains(&pod_uid) {
+            let released = self
+                .released
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&pod_uid);
+            if listed.contains(&pod_uid) || released {
                 continue;
             }
             match fate(p, only_failed) {
@@ -538,7 +582,7 @@ impl Controller {
                     "Job suspended",
                 );
             }
-            self.delete_pods(&job, &active).await?;
+            self.remove_pods(&job, &active).await?;
             status.active = Some(0);
         } else {
             if was_suspended {
@@ -715,6 +759,8 @@ impl Controller {
         let wanted = match spec.completions {
             Some(_) if indexed => parallelism.min(running.len() + missing.len()),
             Some(n) => parallelism.min((n - succeeded).max(0) as usize),
+            // A work queue: once one pod succeeded, no new ones start.
+            None if succeeded > 0 => active.len(),
             None => parallelism,
         };
         // With podReplacementPolicy Failed, terminating pods are not yet replaced.
@@ -734,7 +780,7 @@ impl Controller {
                 })
             });
             surplus.truncate(occupied - wanted);
-            self.delete_pods(job, &surplus).await?;
+            self.remove_pods(job, &surplus).await?;
             return Ok(Action::Done);
         }
         if occupied == wanted || !self.expectations.satisfied(key, |k| self.seen(k)) {
