@@ -102,6 +102,17 @@ fn timestamp(time: SystemTime) -> Timestamp {
     Timestamp::try_from(time).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
+/// The scheduled-timestamp annotation: RFC 3339 in `spec.timeZone`, or in
+/// UTC when none is set (upstream's `time.LoadLocation("")`), `Z` for UTC.
+fn scheduled_timestamp(at: Timestamp, zone: Option<&TimeZone>) -> String {
+    let zoned = at.to_zoned(zone.cloned().unwrap_or(TimeZone::UTC));
+    let text = zoned.strftime("%Y-%m-%dT%H:%M:%S%:z").to_string();
+    match text.strip_suffix("+00:00") {
+        Some(utc) => format!("{utc}Z"),
+        None => text,
+    }
+}
+
 fn job_finished(job: &Job) -> Option<&str> {
     job.status
         .as_ref()?
@@ -138,7 +149,7 @@ impl Controller {
             .filter(|j| controller_of(&**j).is_some_and(|r| r.uid == uid))
             .collect();
         let mut status = cj.status.clone().unwrap_or_default();
-        self.track_active(&cj, &jobs, &mut status);
+        self.track_active(&cj, &jobs, &mut status).await?;
         let now = self.ctx.clock.now();
         let spec = cj.spec.clone().unwrap_or_default();
         let mut action = Action::Done;
@@ -164,7 +175,12 @@ impl Controller {
     /// Brings `status.active` in line with the Jobs (upstream's
     /// `syncCronJob` first half): finished ones leave it, with
     /// `lastSuccessfulTime`; ones that vanished leave it too.
-    fn track_active(&self, cj: &CronJob, jobs: &[Arc<Job>], status: &mut CronJobStatus) {
+    async fn track_active(
+        &self,
+        cj: &CronJob,
+        jobs: &[Arc<Job>],
+        status: &mut CronJobStatus,
+    ) -> Result<(), kube::Error> {
         let regarding = reference_to(cj);
         for job in jobs {
             let listed = status
@@ -202,23 +218,39 @@ impl Controller {
                     }
                 }
                 None if !listed && job.metadata.deletion_timestamp.is_none() => {
-                    // Ours, running, not listed: a status write was lost.
-                    status
-                        .active
-                        .get_or_insert_default()
-                        .push(job_reference(job));
+                    // Ours but not listed (made by hand, or a status write
+                    // lost): upstream only warns.
+                    self.recorder.event(
+                        &regarding,
+                        EventType::Warning,
+                        "UnexpectedJob",
+                        "Track",
+                        &format!(
+                            "Saw a job that the controller did not create or forgot: {}",
+                            job.name_any()
+                        ),
+                    );
                 }
                 None => {}
             }
         }
-        let gone: Vec<String> = status
+        // Listed but not in the cache: gone, or just made and not seen
+        // yet — asked live, as upstream does.
+        let unseen: Vec<String> = status
             .active
             .iter()
             .flatten()
             .filter(|r| !jobs.iter().any(|j| j.metadata.uid == r.uid))
             .filter_map(|r| r.name.clone())
             .collect();
-        for name in gone {
+        let api: Api<Job> = Api::namespaced(
+            self.ctx.client.clone(),
+            cj.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        for name in unseen {
+            if api.get_opt(&name).await?.is_some() {
+                continue;
+            }
             status
                 .active
                 .get_or_insert_default()
@@ -234,6 +266,7 @@ impl Controller {
         if status.active.as_ref().is_some_and(Vec::is_empty) {
             status.active = None;
         }
+        Ok(())
     }
 
     /// Starts the Job of the most recent unmet schedule time, if it is
@@ -385,10 +418,7 @@ impl Controller {
         let mut annotations = meta.annotations.unwrap_or_default();
         annotations.insert(
             SCHEDULED_TIMESTAMP.into(),
-            scheduled
-                .to_zoned(tz.clone())
-                .strftime("%Y-%m-%dT%H:%M:%S%:z")
-                .to_string(),
+            scheduled_timestamp(scheduled, spec.time_zone.as_ref().map(|_| &tz)),
         );
         job.metadata.annotations = Some(annotations);
         job.metadata.owner_references = controller_reference(cj).map(|r| vec![r]);
