@@ -121,23 +121,20 @@ pub fn eviction_time(
                 effect && key && (exists || t.value == taint.value)
             })
             .collect();
-        let at = if matching.is_empty() {
-            Some(now)
-        } else if matching.iter().any(|t| t.toleration_seconds.is_none()) {
-            None
-        } else {
-            let seconds = matching
-                .iter()
-                .filter_map(|t| t.toleration_seconds)
-                .min()
-                .unwrap_or(0)
-                .max(0);
-            let added = taint
-                .time_added
-                .as_ref()
-                .map(|t| SystemTime::from(t.0))
-                .unwrap_or(now);
-            Some(added + Duration::from_secs(seconds as u64))
+        // Upstream's `getMinTolerationTime`: the shortest of the
+        // tolerations that have seconds; for ever only if none has.
+        let seconds = matching.iter().filter_map(|t| t.toleration_seconds).min();
+        let at = match (matching.is_empty(), seconds) {
+            (true, _) => Some(now),
+            (false, None) => None,
+            (false, Some(seconds)) => {
+                let added = taint
+                    .time_added
+                    .as_ref()
+                    .map(|t| SystemTime::from(t.0))
+                    .unwrap_or(now);
+                Some(added + Duration::from_secs(seconds.max(0) as u64))
+            }
         };
         if let Some(at) = at {
             due = Some(due.map_or(at, |d| d.min(at)));
@@ -236,7 +233,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                                 p.name_any()
                             ),
                         );
-                        evict(&ctx, p).await?;
+                        evict(&ctx, p, now).await?;
                     }
                 }
                 Ok::<(), kube::Error>(())
@@ -365,7 +362,44 @@ async fn mark_pod_not_ready(ctx: &Context, p: &Pod, now: SystemTime) -> Result<(
     }
 }
 
-async fn evict(ctx: &Context, p: &Pod) -> Result<(), kube::Error> {
+/// Marks `p` as disrupted (so a Job's podFailurePolicy can tell) and
+/// deletes it (upstream's `addConditionAndDeletePod`).
+async fn evict(ctx: &Context, p: &Pod, now: SystemTime) -> Result<(), kube::Error> {
+    let api: Api<Pod> = Api::namespaced(
+        ctx.client.clone(),
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let mut conditions = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    conditions.retain(|c| c.type_ != "DisruptionTarget");
+    conditions.push(k8s_openapi::api::core::v1::PodCondition {
+        type_: "DisruptionTarget".into(),
+        status: "True".into(),
+        reason: Some("DeletionByTaintManager".into()),
+        message: Some("Taint manager: deleting due to NoExecute taint".into()),
+        last_transition_time: Some(time(now)),
+        ..Default::default()
+    });
+    let patch = json!({"status": {"conditions": conditions}});
+    match api
+        .patch_status(
+            &p.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if is_status(&e, 404) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    delete_pod(ctx, p).await
+}
+
+async fn delete_pod(ctx: &Context, p: &Pod) -> Result<(), kube::Error> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: p.metadata.uid.clone(),
@@ -436,6 +470,15 @@ mod tests {
             eviction_time(&[toleration(None)], std::slice::from_ref(&taint), t0),
             None,
             "for ever"
+        );
+        assert_eq!(
+            eviction_time(
+                &[toleration(None), toleration(Some(300))],
+                std::slice::from_ref(&taint),
+                t0
+            ),
+            Some(t0 + Duration::from_secs(300)),
+            "the shortest that has seconds wins"
         );
         let no_schedule = Taint {
             effect: "NoSchedule".into(),
