@@ -22,9 +22,10 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use rudder_runtime::controller::Action;
 use rudder_runtime::events::reference_to;
+use rudder_runtime::expectations::Seen;
 use rudder_runtime::informer::{OWNER_INDEX, Store, key_of};
 use rudder_runtime::meta::{controller_of, controller_reference, pod};
-use rudder_runtime::{Change, EventType, Recorder, WorkQueue};
+use rudder_runtime::{Change, EventType, Expectations, Recorder, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -119,9 +120,20 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
     !empty && expressions && fields
 }
 
-/// Whether the DaemonSet's pod should run on `node` (upstream's
-/// `NodeShouldRunDaemonPod`): selector, required affinity, taints.
+/// Whether the DaemonSet's pod should be placed on `node` (upstream's
+/// `NodeShouldRunDaemonPod` `shouldRun`): selector, required affinity,
+/// NoSchedule and NoExecute taints.
 pub fn should_run(set: &DaemonSet, node: &Node) -> bool {
+    placement(set, node, &["NoSchedule", "NoExecute"])
+}
+
+/// Whether a pod already there may stay (`shouldContinueRunning`): a
+/// NoSchedule taint added later does not evict it, a NoExecute one does.
+pub fn should_continue(set: &DaemonSet, node: &Node) -> bool {
+    placement(set, node, &["NoExecute"])
+}
+
+fn placement(set: &DaemonSet, node: &Node, effects: &[&str]) -> bool {
     let spec = set
         .spec
         .as_ref()
@@ -159,7 +171,7 @@ pub fn should_run(set: &DaemonSet, node: &Node) -> bool {
         .and_then(|s| s.taints.as_ref())
         .into_iter()
         .flatten()
-        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .filter(|t| effects.contains(&t.effect.as_str()))
         .all(|t| tolerates(&tolerations, t))
 }
 
@@ -191,6 +203,8 @@ struct Controller {
     revisions: Store<ControllerRevision>,
     queue: WorkQueue<String>,
     recorder: Recorder,
+    /// Pods created or deleted and not yet seen in the cache.
+    expectations: Expectations,
 }
 
 /// Runs the DaemonSet controller until `stop` fires.
@@ -213,6 +227,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
             &ctx.identity,
             ctx.clock.clone(),
         ),
+        expectations: Expectations::new(ctx.clock.clone()),
         ctx: ctx.clone(),
     });
     sets.wait_synced().await;
@@ -236,9 +251,19 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                     },
                     change = pod_changes.next_until(&stop) => match change {
                         None => return,
-                        Some(Change::Applied { new: p, .. } | Change::Deleted(p)) => {
+                        Some(change @ (Change::Applied { .. } | Change::Deleted(_))) => {
+                            let (p, gone) = match change {
+                                Change::Applied { new, .. } => {
+                                    let deleting = new.metadata.deletion_timestamp.is_some();
+                                    (new, deleting)
+                                }
+                                Change::Deleted(old) => (old, true),
+                                Change::Resync => continue,
+                            };
                             if let Some(owner) = controller_of(&*p).filter(|r| r.kind == "DaemonSet") {
-                                c.queue.add(rudder_runtime::informer::key(p.metadata.namespace.as_deref(), &owner.name));
+                                let key = rudder_runtime::informer::key(p.metadata.namespace.as_deref(), &owner.name);
+                                c.expectations.observed(&key, &key_of(&*p), gone);
+                                c.queue.add(key);
                             }
                         }
                         Some(Change::Resync) => all(),
@@ -394,6 +419,33 @@ impl Controller {
         }
         let nodes = self.nodes.list();
         let wanted: Vec<&Arc<Node>> = nodes.iter().filter(|n| should_run(&set, n)).collect();
+        let keep: Vec<String> = nodes
+            .iter()
+            .filter(|n| should_continue(&set, n))
+            .map(|n| n.name_any())
+            .collect();
+        let satisfied = self
+            .expectations
+            .satisfied(key, |k| match self.pods.get(k) {
+                None => Seen::Absent,
+                Some(p) if p.metadata.deletion_timestamp.is_some() => Seen::Deleting,
+                Some(_) => Seen::Present,
+            });
+        let surging = matches!(
+            set.spec
+                .as_ref()
+                .and_then(|s| s.update_strategy.as_ref())
+                .and_then(|u| u.rolling_update.as_ref())
+                .and_then(|r| r.max_surge.as_ref()),
+            Some(IntOrString::Int(n)) if *n > 0
+        ) || matches!(
+            set.spec
+                .as_ref()
+                .and_then(|s| s.update_strategy.as_ref())
+                .and_then(|u| u.rolling_update.as_ref())
+                .and_then(|r| r.max_surge.as_ref()),
+            Some(IntOrString::String(p)) if p.trim_end_matches('%') != "0"
+        );
         let spec = set.spec.clone().unwrap_or_default();
         let min_ready = Duration::from_secs(spec.min_ready_seconds.unwrap_or(0).max(0) as u64);
         let now = self.ctx.clock.now();
@@ -411,11 +463,13 @@ impl Controller {
             match live.len() {
                 0 => creates.push(name),
                 1 => {}
-                // More than one: the oldest stays (a surge settles later).
-                _ if live
-                    .iter()
-                    .any(|p| p.labels().get(REVISION_LABEL) == Some(&hash))
-                    && live.len() == 2 => {}
+                // Surging: the oldest old and the oldest new stay a while.
+                2 if surging
+                    && live
+                        .iter()
+                        .filter(|p| p.labels().get(REVISION_LABEL) == Some(&hash))
+                        .count()
+                        == 1 => {}
                 _ => deletes.extend(live.into_iter().skip(1)),
             }
         }
@@ -423,7 +477,7 @@ impl Controller {
         let wanted_names: Vec<String> = wanted.iter().map(|n| n.name_any()).collect();
         let misscheduled: Vec<Arc<Pod>> = by_node
             .iter()
-            .filter(|(node, _)| !wanted_names.contains(node))
+            .filter(|(node, _)| !keep.contains(node))
             .flat_map(|(_, pods)| pods.iter().cloned())
             .collect();
         deletes.extend(misscheduled.iter().cloned());
@@ -510,17 +564,30 @@ impl Controller {
                 }
             }
         }
+        // What was asked for last time must show first (upstream's
+        // expectations): nothing is created or deleted twice.
+        if !satisfied {
+            creates.clear();
+            deletes.clear();
+        }
+        self.expectations.expect_creations(key, creates.len());
+        self.expectations
+            .expect_deletions(key, deletes.iter().map(|p| key_of(&**p)));
         for node in &creates {
             let p = self.pod_for(&set, node, &hash);
             match api.create(&PostParams::default(), &p).await {
-                Ok(created) => self.recorder.event(
-                    &reference_to(&*set),
-                    EventType::Normal,
-                    "SuccessfulCreate",
-                    "Create",
-                    &format!("Created pod: {}", created.name_any()),
-                ),
+                Ok(created) => {
+                    self.expectations.created(key, Some(key_of(&created)));
+                    self.recorder.event(
+                        &reference_to(&*set),
+                        EventType::Normal,
+                        "SuccessfulCreate",
+                        "Create",
+                        &format!("Created pod: {}", created.name_any()),
+                    )
+                }
                 Err(e) => {
+                    self.expectations.created(key, None);
                     self.recorder.event(
                         &reference_to(&*set),
                         EventType::Warning,
@@ -541,8 +608,12 @@ impl Controller {
                     "Delete",
                     &format!("Deleted pod: {}", p.name_any()),
                 ),
-                Err(e) if is_status(&e, 404) => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.expectations.deletion_failed(key, &key_of(&**p));
+                    if !is_status(&e, 404) {
+                        return Err(e);
+                    }
+                }
             }
         }
         // Status, from what exists now (the next pass counts what changed).
@@ -616,6 +687,12 @@ mod tests {
             json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
         );
         assert!(!should_run(&plain, &tainted));
+        assert!(
+            should_continue(&plain, &tainted),
+            "NoSchedule keeps what runs"
+        );
+        let evicting = node("x", json!({}), json!([{"key": "k", "effect": "NoExecute"}]));
+        assert!(!should_continue(&plain, &evicting));
         let tolerant = set(
             json!({"containers": [], "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu"}]}),
         );
