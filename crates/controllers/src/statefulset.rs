@@ -361,7 +361,7 @@ impl Controller {
                 revision.metadata.labels = set
                     .spec
                     .as_ref()
-                    .and_then(|s| s.selector.match_labels.clone());
+                    .and_then(|s| s.template.metadata.as_ref()?.labels.clone());
                 revision
                     .metadata
                     .labels

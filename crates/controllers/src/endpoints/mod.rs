@@ -16,9 +16,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use rudder_runtime::controller::Action;
+use rudder_runtime::expectations::Seen;
 use rudder_runtime::informer::{NAMESPACE_INDEX, Store, key, key_of};
 use rudder_runtime::meta::{controller_of, controller_reference};
-use rudder_runtime::{Change, WorkQueue};
+use rudder_runtime::{Change, Expectations, WorkQueue};
 use tokio_util::sync::CancellationToken;
 
 use self::compute::{MANAGED_BY, MIRROR_MANAGER, SERVICE_NAME, SLICE_MANAGER};
@@ -32,6 +33,10 @@ struct Controller {
     endpoints: Store<Endpoints>,
     slices: Store<EndpointSlice>,
     queue: WorkQueue<String>,
+    /// Slices created and not yet seen in the cache, per Service: until
+    /// they show, the Service's slices are not written again (a second
+    /// identical slice would be made).
+    expectations: Expectations,
 }
 
 /// Runs the three controllers (one queue of Services) until `stop` fires.
@@ -48,6 +53,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
         endpoints: endpoints.store(),
         slices: slices.store(),
         queue: WorkQueue::new(ctx.clock.clone()),
+        expectations: Expectations::new(ctx.clock.clone()),
         ctx: ctx.clone(),
     });
     services.wait_synced().await;
@@ -151,6 +157,12 @@ impl Controller {
             .filter(|s| !s.is_empty());
         let endpoints_api: Api<Endpoints> = Api::namespaced(self.ctx.client.clone(), namespace);
         let slices = self.slices_of(namespace, name);
+        let slices_current = self
+            .expectations
+            .satisfied(key, |k| match self.slices.get(k) {
+                None => Seen::Absent,
+                Some(_) => Seen::Present,
+            });
         match (&service, selector) {
             // Gone: its Endpoints goes (its slices are the garbage
             // collector's, owned by it).
@@ -186,8 +198,10 @@ impl Controller {
                 self.write_endpoints(&endpoints_api, wanted).await?;
                 let wanted_slices = compute::slices(service, &found);
                 let owner = controller_reference(&**service);
-                self.write_slices(namespace, slices, wanted_slices, SLICE_MANAGER, owner)
-                    .await?;
+                if slices_current {
+                    self.write_slices(key, namespace, slices, wanted_slices, SLICE_MANAGER, owner)
+                        .await?;
+                }
                 Ok(Action::Done)
             }
             // No selector: manual Endpoints, mirrored.
@@ -205,8 +219,10 @@ impl Controller {
                     ),
                     None => (Vec::new(), None),
                 };
-                self.write_slices(namespace, slices, wanted, MIRROR_MANAGER, owner)
-                    .await?;
+                if slices_current {
+                    self.write_slices(key, namespace, slices, wanted, MIRROR_MANAGER, owner)
+                        .await?;
+                }
                 Ok(Action::Done)
             }
         }
@@ -263,6 +279,7 @@ impl Controller {
     /// ones deleted; slices another manager owns are left alone.
     async fn write_slices(
         &self,
+        key: &str,
         namespace: &str,
         existing: Vec<Arc<EndpointSlice>>,
         wanted: Vec<EndpointSlice>,
@@ -316,11 +333,18 @@ impl Controller {
                         Err(e) => return Err(e),
                     }
                 }
-                None => match api.create(&PostParams::default(), &slice).await {
-                    Ok(_) => {}
-                    Err(e) if is_status(&e, 403) => {}
-                    Err(e) => return Err(e),
-                },
+                None => {
+                    self.expectations.expect_creations(key, 1);
+                    match api.create(&PostParams::default(), &slice).await {
+                        Ok(created) => self.expectations.created(key, Some(key_of(&created))),
+                        Err(e) => {
+                            self.expectations.created(key, None);
+                            if !is_status(&e, 403) {
+                                return Err(e);
+                            }
+                        }
+                    }
+                }
             }
         }
         for extra in reusable.into_values().flatten() {
