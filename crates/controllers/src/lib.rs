@@ -8,10 +8,11 @@
 //! API server only through its `kube::Client` (in-process in
 //! `rudder server`, HTTPS elsewhere), as `system:kube-controller-manager`.
 //!
-//! To add a controller: copy the folder of one that watches what yours
-//! watches (`namespace/` for one resource, `garbagecollector/` for all),
-//! give it a `run(Arc<Context>, CancellationToken)` and list it in
-//! [`CONTROLLERS`].
+//! To add a controller: copy the module of one that watches what yours
+//! watches — `ttl.rs` (one resource), `job/` (an owner and its pods, with
+//! expectations), `garbagecollector/` (every resource) — give it a
+//! `run(Arc<Context>, CancellationToken)` ending in `serve`, and list it
+//! in [`CONTROLLERS`]. `docs/controllers.md` lists them all.
 
 pub mod cronjob;
 pub mod daemonset;
