@@ -25,7 +25,7 @@ use rudder_runtime::{Change, WorkQueue};
 use tokio_util::sync::CancellationToken;
 
 use crate::Context;
-use crate::replicaset::is_status;
+use crate::is_status;
 
 /// How long an eviction stays in `disruptedPods` waiting for the pod to
 /// go (upstream's `DeletionTimeout`).

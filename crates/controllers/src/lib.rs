@@ -301,6 +301,39 @@ pub(crate) async fn serve<C, F, Fut, E>(
     );
 }
 
+/// An error of one reconcile pass of a controller that works on an API
+/// object and what it owns.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Turns an API error into [`Error::Api`], saying what was being done.
+pub(crate) fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Api { what, source }
+}
+
+/// Whether `error` is an API error with `code`.
+pub(crate) fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+/// The message of an API error as events and conditions show it.
+pub(crate) fn failure_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// Starts every controller and waits until they stop.
 async fn run_controllers(context: Arc<Context>, stop: CancellationToken) {
     let mut tasks = tokio::task::JoinSet::new();

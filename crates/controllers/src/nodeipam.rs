@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::Context;
-use crate::replicaset::is_status;
+use crate::is_status;
 
 /// An IPv4 CIDR cut into node ranges of `mask` bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

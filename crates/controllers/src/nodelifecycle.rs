@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Context;
 use crate::deployment::util::time;
-use crate::replicaset::is_status;
+use crate::is_status;
 
 /// How often nodes are looked at (`--node-monitor-period`).
 pub const MONITOR_PERIOD: Duration = Duration::from_secs(5);

@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::Context;
-use crate::replicaset::is_status;
+use crate::is_status;
 
 /// How often the collector looks (upstream's `gcCheckPeriod`).
 pub const PERIOD: Duration = Duration::from_secs(20);

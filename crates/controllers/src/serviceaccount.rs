@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::Context;
-use crate::replicaset::is_status;
+use crate::is_status;
 
 /// The ServiceAccount every namespace has.
 pub const DEFAULT_ACCOUNT: &str = "default";

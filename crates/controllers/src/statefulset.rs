@@ -28,7 +28,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::Context;
-use crate::replicaset::{failure_message, is_status};
+use crate::{failure_message, is_status};
 
 const CONTROLLER: &str = "statefulset-controller";
 /// The label naming a pod's revision.

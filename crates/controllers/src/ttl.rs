@@ -15,7 +15,7 @@ use rudder_runtime::{Change, WorkQueue};
 use tokio_util::sync::CancellationToken;
 
 use crate::Context;
-use crate::replicaset::is_status;
+use crate::is_status;
 
 /// When a Job finished: its Complete or Failed condition's time.
 pub fn finished_at(job: &Job) -> Option<SystemTime> {

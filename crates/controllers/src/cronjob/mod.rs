@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::schedule::Schedule;
 use crate::Context;
-use crate::replicaset::{failure_message, is_status};
+use crate::{failure_message, is_status};
 
 const CONTROLLER: &str = "cronjob-controller";
 /// The annotation recording the time a Job was scheduled for.

@@ -30,26 +30,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use self::util::*;
-use crate::Context;
-use crate::replicaset::{failure_message, is_status};
-
-/// An error of one pass.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("{0}")]
-    Failed(String),
-}
-
-fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Api { what, source }
-}
+use crate::{Context, Error, api_error};
+use crate::{failure_message, is_status};
 
 const CONTROLLER: &str = "deployment-controller";
 

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::compute::{MANAGED_BY, MIRROR_MANAGER, SERVICE_NAME, SLICE_MANAGER};
 use crate::Context;
-use crate::replicaset::is_status;
+use crate::is_status;
 
 struct Controller {
     ctx: Arc<Context>,

@@ -35,30 +35,14 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use self::policy::{INDEX, Verdict};
-use crate::Context;
-use crate::replicaset::{failure_message, is_status};
+use crate::{Context, Error, api_error};
+use crate::{failure_message, is_status};
 
 /// The finalizer that keeps a Job's pods until they are counted.
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 const CONTROLLER: &str = "job-controller";
 /// Pods created in one pass at most (upstream's `MaxPodCreateDeletePerSync`).
 const MAX_PER_SYNC: usize = 500;
-
-/// An error of one pass.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Api { what, source }
-}
 
 /// Failures since the last success, and when the last was seen
 /// (upstream's in-memory backoff records).

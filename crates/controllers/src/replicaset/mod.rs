@@ -34,36 +34,13 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::Context;
+use crate::{Context, Error, api_error, failure_message, is_status};
 
 /// Pods created or deleted in one pass at most (upstream's
 /// `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
 /// The first batch of a slow start (upstream's `SlowStartInitialBatchSize`).
 const SLOW_START_INITIAL: usize = 1;
-
-/// An error of one pass.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("{0}")]
-    Failed(String),
-}
-
-fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Api { what, source }
-}
-
-/// Whether `error` is an API error with `code`.
-pub(crate) fn is_status(error: &kube::Error, code: u16) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == code)
-}
 
 /// A kind of object that keeps a number of pods: ReplicaSets, and
 /// ReplicationControllers seen as ReplicaSets (as upstream converts them).
@@ -779,12 +756,4 @@ pub(crate) fn pod_from_template(
     pod.metadata.namespace = Some(namespace.to_string());
     pod.metadata.owner_references = Some(vec![controller]);
     pod
-}
-
-/// The message of an API error as events and conditions show it.
-pub(crate) fn failure_message(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    }
 }
