@@ -2,8 +2,8 @@
 //! categories, verbs and subresources as its discovery documents list them,
 //! and each kind's [strategy](crate::strategy) — but only the subresources
 //! rudder serves (`pods/ephemeralcontainers`, `pods/resize`, `nodes/proxy`,
-//! `services/proxy`, `serviceaccounts/token` and
-//! `certificatesigningrequests/approval` join when their components do).
+//! `services/proxy` and `serviceaccounts/token` join when their components
+//! do).
 
 use std::borrow::Cow;
 
@@ -96,7 +96,8 @@ pub fn resources() -> Vec<ResourceDef> {
             strategy: &strategy::EVENT,
         },
         core::v1::LimitRange {
-            short_names: &["limits"]
+            short_names: &["limits"],
+            strategy: &strategy::LIMIT_RANGE,
         },
         core::v1::Namespace {
             short_names: &["ns"],
@@ -296,11 +297,16 @@ pub fn resources() -> Vec<ResourceDef> {
         // certificates.k8s.io/v1
         certificates::v1::CertificateSigningRequest {
             short_names: &["csr"],
-            subresources: &[status(
-                "certificates.k8s.io",
-                "v1",
-                "CertificateSigningRequest"
-            )],
+            subresources: &[
+                sub(
+                    "approval",
+                    "certificates.k8s.io",
+                    "v1",
+                    "CertificateSigningRequest",
+                    GET_PATCH_UPDATE
+                ),
+                status("certificates.k8s.io", "v1", "CertificateSigningRequest"),
+            ],
             strategy: &strategy::CERTIFICATE_SIGNING_REQUEST,
         },
         // admissionregistration.k8s.io/v1

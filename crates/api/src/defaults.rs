@@ -75,6 +75,47 @@ pub(crate) fn replication_controller(object: &mut Value) {
     template(object, "/spec/template");
 }
 
+/// A Container limit's defaults (`SetDefaults_LimitRangeItem`): the default
+/// limit is the max where unset, the default request the default limit,
+/// else the min.
+pub(crate) fn limit_range(object: &mut Value) {
+    let Some(limits) = object
+        .pointer_mut("/spec/limits")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for limit in limits {
+        if limit.get("type").and_then(Value::as_str) != Some("Container") {
+            continue;
+        }
+        let fill = |limit: &mut Value, into: &str, from: &str| {
+            let Some(source) = limit
+                .get(from)
+                .and_then(Value::as_object)
+                .filter(|s| !s.is_empty())
+                .cloned()
+            else {
+                return;
+            };
+            let target = &mut limit[into];
+            if !target.is_object() {
+                *target = json!({});
+            }
+            for (name, value) in source {
+                target
+                    .as_object_mut()
+                    .expect("object")
+                    .entry(name)
+                    .or_insert(value);
+            }
+        };
+        fill(limit, "default", "max");
+        fill(limit, "defaultRequest", "default");
+        fill(limit, "defaultRequest", "min");
+    }
+}
+
 pub(crate) fn secret(object: &mut Value) {
     set_default(object, "/type", json!("Opaque"));
     merge_string_data(object);

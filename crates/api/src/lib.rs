@@ -13,16 +13,17 @@
 //! **The API server's machinery** — what serving the API takes, which a
 //! client never calls: the resource [`registry`] and each kind's
 //! [`strategy`]; preparing objects for the store ([`object`], [`defaults`],
-//! [`validation`], [`update`], [`conversion`]); custom resources ([`crd`]);
-//! managed fields and server-side apply ([`managed`], [`structure`]);
-//! patches ([`patch`]); OpenAPI ([`openapi`], [`openapi_pb`]); protobuf
-//! bodies ([`protobuf`]); Table rows ([`table`]); JSON with duplicate keys
-//! ([`json`]).
+//! [`validation`], [`update`], [`conversion`], [`certificates`]); custom
+//! resources ([`crd`]); managed fields and server-side apply ([`managed`],
+//! [`structure`]); patches ([`patch`]); OpenAPI ([`openapi`],
+//! [`openapi_pb`]); protobuf bodies ([`protobuf`]); Table rows ([`table`]);
+//! JSON with duplicate keys ([`json`]).
 
 // For every API client.
 pub mod meta;
 pub mod network;
 pub mod quantity;
+pub mod quota;
 pub mod selector;
 pub mod status;
 pub mod time;
@@ -31,10 +32,12 @@ pub use status::{Cause, Status};
 
 // The API server's machinery.
 mod builtin;
+pub mod certificates;
 pub mod conversion;
 pub mod crd;
 pub mod defaults;
 pub mod json;
+pub mod limitrange;
 pub mod managed;
 pub mod object;
 pub mod openapi;

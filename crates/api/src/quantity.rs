@@ -202,6 +202,97 @@ impl Quantity {
         };
         at(self).cmp(&at(other))
     }
+
+    /// A whole number, written as a decimal one.
+    pub fn from_int(value: i64) -> Quantity {
+        Quantity {
+            mantissa: i128::from(value),
+            scale: 0,
+            format: Format::DecimalSI,
+        }
+    }
+
+    /// Zero.
+    pub fn zero() -> Quantity {
+        Quantity::from_int(0)
+    }
+
+    /// Whether the quantity is zero.
+    pub fn is_zero(&self) -> bool {
+        self.mantissa == 0
+    }
+
+    /// The sum, written as `self` is (as `other` is when `self` is zero),
+    /// as upstream's `Quantity.Add`.
+    pub fn add(&self, other: &Quantity) -> Quantity {
+        self.combine(other, 1)
+    }
+
+    /// The difference, written as [`add`](Self::add) writes a sum.
+    pub fn sub(&self, other: &Quantity) -> Quantity {
+        self.combine(other, -1)
+    }
+
+    fn combine(&self, other: &Quantity, sign: i128) -> Quantity {
+        let scale = self.scale.min(other.scale);
+        let at = |q: &Quantity| {
+            q.mantissa
+                .saturating_mul(10i128.saturating_pow((q.scale - scale) as u32))
+        };
+        let format = if self.is_zero() {
+            other.format
+        } else {
+            self.format
+        };
+        let mut sum = Quantity {
+            mantissa: at(self).saturating_add(sign.saturating_mul(at(other))),
+            scale,
+            format,
+        };
+        // Keep mantissas small: trailing zeros back into the scale.
+        while sum.mantissa != 0 && sum.mantissa % 10 == 0 && sum.scale < 0 {
+            sum.mantissa /= 10;
+            sum.scale += 1;
+        }
+        sum
+    }
+
+    /// The larger of the two (`self` when equal).
+    pub fn max(self, other: Quantity) -> Quantity {
+        if other.cmp_value(&self).is_gt() {
+            other
+        } else {
+            self
+        }
+    }
+
+    /// The value in thousandths, rounded up, saturating (upstream's
+    /// `MilliValue`).
+    pub fn milli_value(&self) -> i128 {
+        self.scaled_value(-3)
+    }
+
+    /// The value rounded up to a whole number (upstream's `Value`).
+    pub fn value(&self) -> i128 {
+        self.scaled_value(0)
+    }
+
+    fn scaled_value(&self, unit: i32) -> i128 {
+        if self.scale >= unit {
+            self.mantissa
+                .saturating_mul(10i128.saturating_pow((self.scale - unit) as u32))
+        } else {
+            let divisor = 10i128.pow((unit - self.scale) as u32);
+            let (quotient, remainder) = (self.mantissa / divisor, self.mantissa % divisor);
+            quotient + i128::from(remainder > 0)
+        }
+    }
+}
+
+impl std::fmt::Display for Quantity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.canonical())
+    }
 }
 
 /// One step from a value to the Quantities inside it.

@@ -101,6 +101,22 @@ pub(crate) fn priority_class(c: &mut Causes<'_>) {
     c.immutable("/preemptionPolicy", "preemptionPolicy");
 }
 
+/// A ResourceQuota's scopes (its hard limits may change).
+pub(crate) fn resource_quota(c: &mut Causes<'_>) {
+    let scopes = |v: &Value| -> std::collections::BTreeSet<String> {
+        v.pointer("/spec/scopes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    if scopes(c.1) != scopes(c.2) {
+        let value = c.1.pointer("/spec/scopes").cloned().unwrap_or(Value::Null);
+        c.0.push(Cause::invalid("spec.scopes", &value, IMMUTABLE));
+    }
+}
+
 pub(crate) fn endpoint_slice(c: &mut Causes<'_>) {
     c.immutable("/addressType", "addressType");
 }

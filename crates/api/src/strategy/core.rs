@@ -1,11 +1,10 @@
-//! The strategies of the core group (`pkg/registry/core/*`). `LimitRange`
-//! has nothing particular.
+//! The strategies of the core group (`pkg/registry/core/*`).
 
 use serde_json::Value;
 
 use super::{GENERIC, Propagation, Rest, Strategy};
 use crate::table::{core as print, workloads as print_workloads};
-use crate::validation::{NameRule, kinds, service, workloads};
+use crate::validation::{NameRule, kinds, policy, service, workloads};
 use crate::{defaults, update};
 
 /// The legacy `bindings` resource: nothing stored, a create binds a pod.
@@ -127,7 +126,15 @@ pub static REPLICATION_CONTROLLER: Strategy = Strategy {
     ..GENERIC
 };
 
+pub static LIMIT_RANGE: Strategy = Strategy {
+    defaults: defaults::limit_range,
+    validate: policy::limit_range,
+    ..GENERIC
+};
+
 pub static RESOURCE_QUOTA: Strategy = Strategy {
+    validate: policy::resource_quota,
+    update_rules: Some(update::resource_quota),
     printer: Some(print::resource_quota),
     returns_deleted: true,
     ..GENERIC

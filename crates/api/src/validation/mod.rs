@@ -6,6 +6,7 @@
 
 pub mod kinds;
 pub mod pod;
+pub mod policy;
 pub mod service;
 pub mod workloads;
 
