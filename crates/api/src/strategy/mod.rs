@@ -66,7 +66,19 @@ pub struct Strategy {
     /// (upstream's `PrepareForUpdate` puts them back): a Namespace's
     /// `spec.finalizers`, which only `namespaces/<name>/finalize` writes.
     pub kept_on_update: &'static [&'static str],
+    /// What an update through one of the kind's subresources keeps of the
+    /// stored object and may not change, beyond the generic status rules
+    /// (upstream's per-subresource `PrepareForUpdate` and `ValidateUpdate`):
+    /// given the subresource, the object written, the stored one and the
+    /// time now, it adjusts the object and returns the causes refusing it.
+    pub subresource_update: Option<SubresourceUpdate>,
+    /// Records who creates an object, given the user's name and groups
+    /// (upstream's `PrepareForCreate` reading the request's user).
+    pub requester: Option<fn(&mut Value, &str, &[String])>,
 }
+
+/// See [`Strategy::subresource_update`].
+pub type SubresourceUpdate = fn(&str, &mut Value, &Value, &str) -> Vec<Cause>;
 
 /// Which storage serves a kind: the generic registry store, or one that
 /// adds to it (upstream's per-resource REST storages).
@@ -101,6 +113,8 @@ pub const GENERIC: Strategy = Strategy {
     graceful_delete: None,
     rest: Rest::Generic,
     kept_on_update: &[],
+    subresource_update: None,
+    requester: None,
 };
 
 fn nothing(_: &mut Value) {}

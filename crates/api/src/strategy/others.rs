@@ -5,8 +5,8 @@
 
 use super::{GENERIC, Strategy};
 use crate::table::{cluster as print, core as print_core, workloads as print_workloads};
-use crate::update;
 use crate::validation::{NameRule, kinds};
+use crate::{certificates, update};
 
 pub static HORIZONTAL_POD_AUTOSCALER: Strategy = Strategy {
     validate: kinds::autoscaler,
@@ -143,9 +143,17 @@ pub static EVENTS_EVENT: Strategy = Strategy {
     ..GENERIC
 };
 
+/// A CertificateSigningRequest: any path-safe name, the requester
+/// recorded, spec fixed after create, `status` and `approval` each writing
+/// their part.
 pub static CERTIFICATE_SIGNING_REQUEST: Strategy = Strategy {
+    name_rule: NameRule::PathSegment,
+    validate: certificates::validate,
     printer: Some(print::certificate_signing_request),
     field_selectors: &["spec.signerName"],
+    kept_on_update: &["/spec"],
+    subresource_update: Some(certificates::update_subresource),
+    requester: Some(certificates::set_requester),
     ..GENERIC
 };
 

@@ -127,6 +127,7 @@ fn every_kind_has_the_strategy_of_its_kind() {
             ("", "Namespace") => NameRule::Label,
             ("", "Service") => NameRule::Dns1035,
             ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
+            ("certificates.k8s.io", "CertificateSigningRequest") => NameRule::PathSegment,
             _ => NameRule::Subdomain,
         };
         assert_eq!(def.strategy.name_rule, name_rule, "name rule of {gvr}");

@@ -1,4 +1,5 @@
-//! Subresources: `status` (the status alone), `scale` (an
+//! Subresources: `status` (the status alone; a CertificateSigningRequest's
+//! `approval` too, its strategy keeping all but the conditions), `scale` (an
 //! `autoscaling/v1 Scale` view of `spec.replicas`), `pods/binding` and
 //! `namespaces/finalize`. The node-facing ones (log, exec, attach,
 //! port-forward, proxy) need a node agent and answer as upstream does for a
@@ -19,13 +20,15 @@ use crate::storage::{ListRequest, Selectors, WriteOptions};
 
 pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) -> ApiResult {
     match (subresource, verb) {
-        ("status", Verb::Get) => super::read::get(ctx).await,
-        ("status", Verb::Update) => {
+        // A CertificateSigningRequest's approval is a view of its status
+        // whose strategy writes the Approved and Denied conditions alone.
+        ("status" | "approval", Verb::Get) => super::read::get(ctx).await,
+        ("status" | "approval", Verb::Update) => {
             let object = object_body(ctx, &body)?;
             let warnings = check_fields(ctx, &object)?;
             update_with(ctx, Part::Status, warnings, |_| Ok(object.clone())).await
         }
-        ("status", Verb::Patch) => patch_part(ctx, body, Part::Status).await,
+        ("status" | "approval", Verb::Patch) => patch_part(ctx, body, Part::Status).await,
         ("scale", Verb::Get) => {
             let (object, _) = ctx.current().await?;
             Ok(json_response(StatusCode::OK, &scale_of(ctx.def(), &object)))

@@ -92,7 +92,10 @@ pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
 
 /// Creates `object` (a request's, or what an apply made of nothing),
 /// answering 201 with `warnings`.
-pub async fn create_object(ctx: &Context, object: Value, warnings: Vec<String>) -> ApiResult {
+pub async fn create_object(ctx: &Context, mut object: Value, warnings: Vec<String>) -> ApiResult {
+    if let Some(record) = ctx.def().strategy.requester {
+        record(&mut object, &ctx.user.name, &ctx.user.groups);
+    }
     let options = ctx.write_options(!apply::is_apply(ctx))?;
     let created = ctx
         .state
@@ -115,16 +118,27 @@ where
 {
     let record = !apply::is_apply(ctx) && part != Part::Binding;
     let options = ctx.write_options(record)?;
+    let def = ctx.def();
+    let subresource_update = def
+        .strategy
+        .subresource_update
+        .zip(ctx.resource.subresource.as_deref());
+    let now = ctx.state.clock.now_rfc3339();
+    // What the kind's strategy keeps and refuses when a subresource
+    // writes it, judged against the stored object the change is made of.
+    let change = |old: &Value| {
+        let mut new = change(old)?;
+        if let Some((prepare, subresource)) = subresource_update {
+            let causes = prepare(subresource, &mut new, old, &now);
+            if !causes.is_empty() {
+                return Err(Status::invalid(def.target(), ctx.name(), causes));
+            }
+        }
+        Ok(new)
+    };
     ctx.state
         .storage()
-        .update(
-            ctx.def(),
-            ctx.namespace(),
-            ctx.name(),
-            part,
-            &options,
-            change,
-        )
+        .update(def, ctx.namespace(), ctx.name(), part, &options, change)
         .await
 }
 
