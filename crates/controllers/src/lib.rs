@@ -14,6 +14,7 @@
 //! `run(Arc<Context>, CancellationToken)` ending in `serve`, and list it
 //! in [`CONTROLLERS`]. `docs/controllers.md` lists them all.
 
+pub mod certificates;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
@@ -100,6 +101,13 @@ pub struct Options {
     /// The cluster's CA bundle (PEM), published in every namespace as the
     /// `kube-root-ca.crt` ConfigMap; `None` publishes nothing.
     pub root_ca: Option<String>,
+    /// The CA that signs approved CertificateSigningRequests
+    /// (`--cluster-signing-cert-file`, `--cluster-signing-key-file`);
+    /// `None` signs nothing.
+    pub signing_ca: Option<certificates::SigningCa>,
+    /// The longest certificate the signer issues
+    /// (`--cluster-signing-duration`).
+    pub cluster_signing_duration: Duration,
     /// Leader election; `None` runs the controllers at once, unelected.
     pub lease: Option<LeaseConfig>,
 }
@@ -122,6 +130,8 @@ impl Default for Options {
             ttl_workers: 5,
             terminated_pod_gc_threshold: 12_500,
             root_ca: None,
+            signing_ca: None,
+            cluster_signing_duration: certificates::signer::DEFAULT_DURATION,
             discovery_every: Duration::from_secs(30),
             lease: Some(LeaseConfig::new("kube-controller-manager", &identity())),
         }
@@ -192,6 +202,12 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     }),
     ("root-ca-certificate-publisher-controller", |ctx, stop| {
         Box::pin(serviceaccount::run_root_ca_publisher(ctx, stop))
+    }),
+    ("certificatesigningrequest-signing-controller", |ctx, stop| {
+        Box::pin(certificates::run_signer(ctx, stop))
+    }),
+    ("certificatesigningrequest-approving-controller", |ctx, stop| {
+        Box::pin(certificates::run_approver(ctx, stop))
     }),
 ];
 

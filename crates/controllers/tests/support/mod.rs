@@ -15,6 +15,30 @@ use tokio_util::sync::CancellationToken;
 /// The CA bundle the root CA publisher of test clusters publishes.
 pub const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n";
 
+/// The CA the signer of test clusters issues certificates from (made once
+/// per test binary).
+pub fn signing_ca() -> &'static rudder_controllers::certificates::SigningCa {
+    static CA: std::sync::OnceLock<rudder_controllers::certificates::SigningCa> =
+        std::sync::OnceLock::new();
+    CA.get_or_init(|| {
+        let key = rcgen::KeyPair::generate().expect("a CA key");
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "rudder-test-ca");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let cert = params.self_signed(&key).expect("a CA certificate");
+        rudder_controllers::certificates::SigningCa {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    })
+}
+
 /// A control plane with every controller running, unelected.
 pub struct Cluster {
     pub plane: ControlPlane,
@@ -87,6 +111,7 @@ fn cluster_on(plane: ControlPlane) -> Cluster {
     let options = Options {
         lease: None,
         root_ca: Some(TEST_CA.into()),
+        signing_ca: Some(signing_ca().clone()),
         discovery_every: Duration::from_millis(500),
         ..Options::default()
     };
