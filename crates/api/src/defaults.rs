@@ -188,7 +188,12 @@ pub(crate) fn job(object: &mut Value) {
         set_default(object, "/spec/completions", json!(1));
     }
     set_default(object, "/spec/parallelism", json!(1));
-    set_default(object, "/spec/backoffLimit", json!(6));
+    // With a limit per index, the Job-wide limit is out of the way.
+    let backoff_limit = match object.pointer("/spec/backoffLimitPerIndex") {
+        Some(v) if !v.is_null() => i32::MAX,
+        _ => 6,
+    };
+    set_default(object, "/spec/backoffLimit", json!(backoff_limit));
     let replacement = match object.pointer("/spec/podFailurePolicy") {
         Some(p) if !p.is_null() => "Failed",
         _ => "TerminatingOrFailed",
@@ -548,6 +553,23 @@ mod tests {
             causes[0].message,
             r#"Unsupported value: "Always": supported values: "OnFailure", "Never""#
         );
+    }
+
+    #[test]
+    fn a_job_with_a_backoff_limit_per_index_gets_the_largest_backoff_limit() {
+        let registry = Registry::builtin();
+        let def = registry.get("batch", "v1", "jobs").expect("def");
+        let mut job = json!({"spec": {"completionMode": "Indexed", "completions": 2,
+            "backoffLimitPerIndex": 1, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        apply(def, &mut job);
+        assert_eq!(job["spec"]["backoffLimit"], 2147483647);
+        let mut given =
+            json!({"spec": {"backoffLimitPerIndex": 1, "backoffLimit": 3, "template": {}}});
+        apply(def, &mut given);
+        assert_eq!(given["spec"]["backoffLimit"], 3);
+        let mut plain = json!({"spec": {"template": {}}});
+        apply(def, &mut plain);
+        assert_eq!(plain["spec"]["backoffLimit"], 6);
     }
 
     #[test]

@@ -168,6 +168,18 @@ pub fn prepare_create(
     namespace: Option<&str>,
     stamp: &Stamp<'_>,
 ) -> Result<(), Status> {
+    prepare_create_admitted(def, object, namespace, stamp, |_| {})
+}
+
+/// [`prepare_create`], with `admit` changing the defaulted object before it
+/// is validated (mutating admission: LimitRanger's defaults).
+pub fn prepare_create_admitted(
+    def: &ResourceDef,
+    object: &mut Value,
+    namespace: Option<&str>,
+    stamp: &Stamp<'_>,
+    admit: impl FnOnce(&mut Value),
+) -> Result<(), Status> {
     check_type(def, object)?;
     let has_spec = tracks_generation(object);
     let meta = meta_mut(object)?;
@@ -226,6 +238,7 @@ pub fn prepare_create(
     crate::quantity::canonicalize(def, object)?;
     crate::defaults::on_create(def, object);
     crate::defaults::apply(def, object);
+    admit(object);
     validate_change(def, object, None, Vec::new())
 }
 

@@ -145,9 +145,12 @@ impl<'a> Target<'a> {
     /// match scopes, as upstream).
     pub fn matches(&self, quota: &Value, object: &Value) -> bool {
         let hard = list(quota.pointer("/status/hard"));
-        if self.matching_resources(hard.keys()).is_empty() {
-            return false;
-        }
+        !self.matching_resources(hard.keys()).is_empty() && self.in_scopes(quota, object)
+    }
+
+    /// Whether `object` is in every scope `quota` names (only pods are in
+    /// any).
+    pub fn in_scopes(&self, quota: &Value, object: &Value) -> bool {
         scope_selectors(quota).iter().all(|selector| {
             self.evaluator() == Evaluator::Pods && pod_matches_scope(selector, object)
         })

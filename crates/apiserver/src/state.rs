@@ -52,6 +52,8 @@ pub struct State {
     /// Requests (watches excepted) served at once; more get 429.
     pub inflight: Arc<tokio::sync::Semaphore>,
     inflight_limit: usize,
+    /// Quota admission's per-namespace serialization.
+    pub quota_locks: crate::storage::QuotaLocks,
 }
 
 /// Requests served at once before 429 (upstream's max-requests-inflight
@@ -85,6 +87,7 @@ impl State {
             clock,
             inflight: Arc::new(tokio::sync::Semaphore::new(limit)),
             inflight_limit: limit,
+            quota_locks: Default::default(),
         })
     }
 }

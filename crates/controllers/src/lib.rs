@@ -28,6 +28,7 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod serviceaccount;
 pub mod statefulset;
 pub mod ttl;
@@ -83,6 +84,8 @@ pub struct Options {
     pub daemonset_workers: usize,
     /// StatefulSets synced at once (`--concurrent-statefulset-syncs`).
     pub statefulset_workers: usize,
+    /// ResourceQuotas counted at once (`--concurrent-resource-quota-syncs`).
+    pub resource_quota_workers: usize,
     /// Jobs synced at once (`--concurrent-job-syncs`).
     pub job_workers: usize,
     /// Finished Jobs looked at once for their TTL
@@ -120,6 +123,7 @@ impl Default for Options {
             replicaset_workers: 5,
             deployment_workers: 5,
             job_workers: 5,
+            resource_quota_workers: 5,
             statefulset_workers: 5,
             daemonset_workers: 2,
             disruption_workers: 2,
@@ -196,6 +200,9 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     // endpointslice-controller and endpointslice-mirroring-controller.
     ("endpoints-controller", |ctx, stop| {
         Box::pin(endpoints::run(ctx, stop))
+    }),
+    ("resourcequota-controller", |ctx, stop| {
+        Box::pin(resourcequota::run(ctx, stop))
     }),
     ("serviceaccount-controller", |ctx, stop| {
         Box::pin(serviceaccount::run(ctx, stop))

@@ -1,7 +1,9 @@
 //! The Job controller against a real API server, the stand-in kubelet
-//! finishing each pod as its `outcome` label says: completions and
-//! parallelism, Indexed Jobs, backoffLimit, podFailurePolicy, deadlines,
-//! suspend and resume — and no finished pod kept by its finalizer.
+//! finishing each pod as its `outcome` label (or its index) says:
+//! completions and parallelism, Indexed Jobs, backoffLimit,
+//! podFailurePolicy, deadlines, suspend and resume, successPolicy,
+//! backoffLimitPerIndex and maxFailedIndexes, adoption and release of pods
+//! — and no finished pod kept by its finalizer.
 
 mod support;
 
@@ -14,6 +16,29 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use rudder_harness::kubelet::Outcome;
 use serde_json::json;
 use support::{cluster_with_kubelet, until};
+
+const INDEX: &str = "batch.kubernetes.io/job-completion-index";
+const FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
+
+/// Indexed pods finish as `outcome(index)` says.
+fn by_index(outcome: fn(i32) -> Option<Outcome>) -> rudder_harness::kubelet::Decide {
+    Arc::new(move |p: &Pod| {
+        let index = p.metadata.labels.as_ref()?.get(INDEX)?.parse().ok()?;
+        outcome(index)
+    })
+}
+
+fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
+    p.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn status_of(j: &Job) -> k8s_openapi::api::batch::v1::JobStatus {
+    j.status.clone().expect("status")
+}
 
 /// Pods finish as their `outcome` label says; `hang` ones never do.
 fn by_label() -> rudder_harness::kubelet::Decide {
@@ -37,6 +62,23 @@ fn job(name: &str, outcome: &str, spec: serde_json::Value) -> Job {
         target.extend(extra.clone());
     }
     serde_json::from_value(object).expect("a job")
+}
+
+/// A Job of its own selector: pods labelled `app`.
+fn selecting(name: &str, outcome: &str, app: &str, spec: serde_json::Value) -> Job {
+    let mut j = job(name, outcome, spec);
+    let spec = j.spec.as_mut().expect("spec");
+    spec.manual_selector = Some(true);
+    spec.selector =
+        Some(serde_json::from_value(json!({"matchLabels": {"app": app}})).expect("selector"));
+    let labels = spec
+        .template
+        .metadata
+        .get_or_insert_default()
+        .labels
+        .get_or_insert_default();
+    labels.insert("app".into(), app.into());
+    j
 }
 
 fn condition(job: &Job, type_: &str) -> Option<(String, String)> {
@@ -296,6 +338,280 @@ async fn a_finished_job_goes_after_its_ttl_and_pods_on_lost_nodes_go() {
     }
     until("the pod on the lost node is gone", || async {
         pods.get_opt("stray").await.expect("get").is_none()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_policy_completes_an_indexed_job_early() {
+    // Index 0 succeeds, the others would run for ever.
+    let c = cluster_with_kubelet(by_index(|i| (i == 0).then_some(Outcome::Succeeded))).await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let spec = json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed",
+        "successPolicy": {"rules": [{"succeededIndexes": "1-3"}, {"succeededIndexes": "0-2", "succeededCount": 1}]}});
+    api.create(&PostParams::default(), &job("leader", "hang", spec))
+        .await
+        .expect("create");
+    let j = finished(&api, "leader", "Complete").await;
+    let matched = Some(("SuccessPolicy".into(), "Matched rules at index 1".into()));
+    assert_eq!(condition(&j, "SuccessCriteriaMet"), matched);
+    assert_eq!(condition(&j, "Complete"), matched);
+    let s = status_of(&j);
+    assert_eq!(s.completed_indexes.as_deref(), Some("0"));
+    // The pods stopped were not failures.
+    assert_eq!(
+        (s.succeeded, s.failed, s.active),
+        (Some(1), Some(0), Some(0))
+    );
+    assert!(s.completion_time.is_some());
+    // Complete only once they were gone.
+    let left = pods_of(&c.admin, "leader").await;
+    assert_eq!(left.len(), 1, "only the pod that succeeded is left");
+    assert_eq!(annotation(&left[0], INDEX), Some("0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_out_of_retries_fails_alone_and_then_the_job() {
+    // Index 1 always fails; its retry waits out a 10 s backoff on the fake clock.
+    let c = support::cluster_with_fake_clock(by_index(|i| {
+        Some(if i == 1 {
+            Outcome::Failed(1)
+        } else {
+            Outcome::Succeeded
+        })
+    }))
+    .await;
+    let clock = c.plane.fake_clock().expect("fake");
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let spec = json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+        "backoffLimitPerIndex": 1});
+    api.create(&PostParams::default(), &job("flaky", "succeed", spec))
+        .await
+        .expect("create");
+    let j: Job = api.get("flaky").await.expect("get");
+    assert_eq!(
+        j.spec.as_ref().and_then(|s| s.backoff_limit),
+        Some(i32::MAX),
+        "backoffLimit defaults to the largest with backoffLimitPerIndex"
+    );
+    until(
+        "the other indexes succeed and index 1 fails once",
+        || async {
+            let s = api
+                .get("flaky")
+                .await
+                .expect("get")
+                .status
+                .unwrap_or_default();
+            let failed = pods_of(&c.admin, "flaky").await.iter().any(|p| {
+                annotation(p, INDEX) == Some("1")
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+            });
+            s.completed_indexes.as_deref() == Some("0,2") && failed
+        },
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let j = api.get("flaky").await.expect("get");
+    assert_eq!(status_of(&j).failed_indexes.as_deref(), Some(""));
+    assert!(condition(&j, "FailureTarget").is_none());
+    let pods = pods_of(&c.admin, "flaky").await;
+    assert_eq!(pods.len(), 3, "no retry before the backoff");
+    let failed = pods
+        .iter()
+        .find(|p| annotation(p, INDEX) == Some("1"))
+        .expect("index 1");
+    assert_eq!(annotation(failed, FAILURE_COUNT), Some("0"));
+    assert!(
+        failed
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "batch.kubernetes.io/job-tracking"),
+        "the failure is kept until its replacement exists"
+    );
+    clock.advance(std::time::Duration::from_secs(11));
+    let j = finished(&api, "flaky", "Failed").await;
+    assert_eq!(
+        condition(&j, "Failed"),
+        Some(("FailedIndexes".into(), "Job has failed indexes".into()))
+    );
+    let s = status_of(&j);
+    assert_eq!(s.failed_indexes.as_deref(), Some("1"));
+    assert_eq!((s.succeeded, s.failed), (Some(2), Some(2)));
+    let mut tries: Vec<(String, String)> = pods_of(&c.admin, "flaky")
+        .await
+        .iter()
+        .filter(|p| annotation(p, INDEX) == Some("1"))
+        .map(|p| {
+            assert!(p.metadata.finalizers.as_ref().is_none_or(|f| f.is_empty()));
+            let count = annotation(p, FAILURE_COUNT).unwrap_or_default().to_string();
+            (
+                count,
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    tries.sort();
+    assert_eq!(
+        tries,
+        [
+            ("0".to_string(), "Failed".to_string()),
+            ("1".into(), "Failed".into())
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_index_rule_past_max_failed_indexes_fails_the_job() {
+    let c = cluster_with_kubelet(by_index(|i| (i == 2).then_some(Outcome::Failed(42)))).await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let spec = json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed",
+        "backoffLimitPerIndex": 3, "maxFailedIndexes": 0,
+        "podFailurePolicy": {"rules": [
+            {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [42]}}]}});
+    api.create(&PostParams::default(), &job("strict", "hang", spec))
+        .await
+        .expect("create");
+    let j = finished(&api, "strict", "Failed").await;
+    let failure = Some((
+        "MaxFailedIndexesExceeded".into(),
+        "Job has exceeded the specified maximal number of failed indexes".into(),
+    ));
+    assert_eq!(condition(&j, "FailureTarget"), failure);
+    assert_eq!(condition(&j, "Failed"), failure);
+    let s = status_of(&j);
+    assert_eq!(s.failed_indexes.as_deref(), Some("2"));
+    assert_eq!(s.active, Some(0));
+    let index_two = pods_of(&c.admin, "strict")
+        .await
+        .into_iter()
+        .filter(|p| annotation(p, INDEX) == Some("2"))
+        .count();
+    assert_eq!(index_two, 1, "FailIndex: no retry");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_the_selector_matches_are_adopted_and_relabelled_pods_released() {
+    let c = cluster_with_kubelet(by_label()).await;
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    let stray: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "stray", "labels": {"app": "batch", "outcome": "succeed"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &stray)
+        .await
+        .expect("create");
+    until("the orphan succeeded", || async {
+        pods.get("stray")
+            .await
+            .expect("get")
+            .status
+            .and_then(|s| s.phase)
+            == Some("Succeeded".into())
+    })
+    .await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    api.create(
+        &PostParams::default(),
+        &selecting(
+            "adopter",
+            "succeed",
+            "batch",
+            json!({"completions": 2, "parallelism": 1}),
+        ),
+    )
+    .await
+    .expect("create");
+    let j = finished(&api, "adopter", "Complete").await;
+    assert_eq!(status_of(&j).succeeded, Some(2));
+    let stray = pods.get("stray").await.expect("get");
+    let owner = stray.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(
+        owner
+            .iter()
+            .map(|r| (r.kind.as_str(), r.name.as_str(), r.controller))
+            .collect::<Vec<_>>(),
+        [("Job", "adopter", Some(true))],
+        "adopted"
+    );
+    assert!(
+        stray
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_none_or(|f| f.is_empty()),
+        "counted and released"
+    );
+    let owned = pods
+        .list(&ListParams::default().labels("app=batch"))
+        .await
+        .expect("list")
+        .items;
+    assert_eq!(
+        owned.len(),
+        2,
+        "the orphan counted as one of the two completions"
+    );
+
+    // A pod relabelled out of the selector is released and replaced.
+    api.create(
+        &PostParams::default(),
+        &selecting(
+            "keeper",
+            "hang",
+            "keep",
+            json!({"parallelism": 1, "completions": 1}),
+        ),
+    )
+    .await
+    .expect("create");
+    let first = rudder_harness::eventually(
+        "a keeper pod",
+        std::time::Duration::from_secs(30),
+        || async {
+            pods.list(&ListParams::default().labels("app=keep"))
+                .await
+                .expect("list")
+                .items
+                .into_iter()
+                .next()
+        },
+    )
+    .await;
+    let name = first.metadata.name.clone().expect("name");
+    pods.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "gone"}}})),
+    )
+    .await
+    .expect("relabel");
+    until("released and replaced", || async {
+        let released = pods.get(&name).await.expect("get");
+        let free = released
+            .metadata
+            .owner_references
+            .as_ref()
+            .is_none_or(|r| r.is_empty())
+            && released
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_none_or(|f| f.is_empty());
+        let replaced = pods
+            .list(&ListParams::default().labels("app=keep"))
+            .await
+            .expect("list")
+            .items
+            .len()
+            == 1;
+        free && replaced
     })
     .await;
 }

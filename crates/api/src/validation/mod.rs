@@ -4,6 +4,7 @@
 //! each kind requires beyond it is in the submodules, named by the kinds'
 //! strategies.
 
+mod job;
 pub mod kinds;
 pub mod pod;
 pub mod policy;

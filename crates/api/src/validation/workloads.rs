@@ -32,6 +32,7 @@ pub(crate) fn replication_controller(object: &Value, causes: &mut Vec<Cause>) {
 }
 
 pub(crate) fn job(object: &Value, causes: &mut Vec<Cause>) {
+    super::job::spec(object.get("spec"), "spec", causes);
     let template = object.pointer("/spec/template/spec");
     pod::spec(template, "spec.template.spec", causes);
     template_restart_policy(object, "/spec/template", &["OnFailure", "Never"], causes);
@@ -45,6 +46,8 @@ pub(crate) fn cron_job(object: &Value, causes: &mut Vec<Cause>) {
     {
         causes.push(Cause::required("spec.schedule"));
     }
+    let job = object.pointer("/spec/jobTemplate/spec");
+    super::job::spec(job, "spec.jobTemplate.spec", causes);
     let template = "/spec/jobTemplate/spec/template";
     let spec = object.pointer(&format!("{template}/spec"));
     pod::spec(spec, "spec.jobTemplate.spec.template.spec", causes);

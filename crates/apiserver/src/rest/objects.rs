@@ -50,6 +50,7 @@ impl Context {
                 None
             },
             dry_run: self.params.dry_run()?,
+            admit: true,
         })
     }
 

@@ -1,5 +1,6 @@
 //! Creating an object: upstream's `Store.Create` — namespace lifecycle
-//! admission, `BeforeCreate` (server-set metadata, defaults, validation),
+//! admission, `BeforeCreate` (server-set metadata, defaults, LimitRanger's
+//! defaults, validation), LimitRanger's bounds and quota admission,
 //! managed fields, what the kind's storage allocates (a Service's
 //! addresses), and the write, created-if-absent.
 
@@ -8,7 +9,8 @@ use rudder_api::{ResourceDef, Status};
 use serde_json::Value;
 
 use super::{
-    Storage, WriteOptions, name_of, name_suffix, services, set_resource_version, stored, uid,
+    Storage, WriteOptions, admission, name_of, name_suffix, services, set_resource_version, stored,
+    uid,
 };
 use crate::response::store_error;
 
@@ -28,8 +30,9 @@ impl Storage<'_> {
             ));
         }
         self.check_namespace(def, namespace, Some(&object)).await?;
+        let ranges = self.limit_ranges(def, namespace, true, options).await?;
         let (now, uid, suffix) = (self.now_rfc3339(), uid(), name_suffix());
-        object::prepare_create(
+        object::prepare_create_admitted(
             def,
             &mut object,
             namespace,
@@ -38,7 +41,11 @@ impl Storage<'_> {
                 uid: &uid,
                 suffix: &suffix,
             },
+            |object| admission::default_pod(def, &ranges, object),
         )?;
+        self.check_limits(def, &ranges, &object)?;
+        self.admit_quota(def, namespace, &object, None, options)
+            .await?;
         self.record_managed(def, Part::Main, None, &mut object, options);
         if options.dry_run {
             return Ok(object);

@@ -17,6 +17,7 @@
 //! Nothing outside this module writes the store (`scripts/check-deps`
 //! keeps it so).
 
+mod admission;
 mod create;
 mod delete;
 mod ensure;
@@ -34,6 +35,7 @@ use rudder_api::{ResourceDef, Status};
 use rudder_store::KeyValue;
 use serde_json::{Value, json};
 
+pub use admission::QuotaLocks;
 pub use delete::{
     DeleteOptions, Deleted, FOREGROUND_FINALIZER, KUBERNETES_FINALIZER, ORPHAN_FINALIZER,
 };
@@ -55,6 +57,9 @@ pub struct WriteOptions {
     pub manager: Option<String>,
     /// `dryRun=All`: everything but the write itself.
     pub dry_run: bool,
+    /// A client's request, which admission sees (LimitRanger,
+    /// ResourceQuota); the API server's own writes skip it.
+    pub admit: bool,
 }
 
 impl WriteOptions {
@@ -64,6 +69,7 @@ impl WriteOptions {
         WriteOptions {
             manager: Some("kube-apiserver".into()),
             dry_run: false,
+            admit: false,
         }
     }
 }

@@ -95,6 +95,12 @@ impl Storage<'_> {
         if new == old {
             return Ok(Attempt::Done(old));
         }
+        if part == Part::Main && !is_terminating(&old) {
+            let ranges = self.limit_ranges(def, namespace, false, options).await?;
+            self.check_limits(def, &ranges, &new)?;
+            self.admit_quota(def, namespace, &new, Some(&old), options)
+                .await?;
+        }
         if options.dry_run {
             return Ok(Attempt::Done(new));
         }

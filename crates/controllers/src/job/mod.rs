@@ -2,47 +2,56 @@
 //! `completions` succeed (NonIndexed), or until each index below
 //! `completions` has succeeded (Indexed), at most `parallelism` at once;
 //! gives up after `backoffLimit` failures, after `activeDeadlineSeconds`,
-//! or when a `podFailurePolicy` rule says so; suspends and resumes.
+//! when a `podFailurePolicy` rule says so, or — with
+//! `backoffLimitPerIndex` — once indexes failed; succeeds early when a
+//! `successPolicy` is met; suspends and resumes; adopts orphan pods its
+//! selector matches.
 //!
 //! No finished pod is lost from the counts: every pod carries the
 //! `batch.kubernetes.io/job-tracking` finalizer; a finished pod's uid is
 //! first written to `status.uncountedTerminatedPods`, then its finalizer is
 //! removed, then it moves to `succeeded`/`failed` — a crash between the
-//! steps repeats a step, never a count.
+//! steps repeats a step, never a count. With `backoffLimitPerIndex` the
+//! last failed pod of an index keeps its finalizer until its replacement
+//! exists, which carries the index's failure count on.
 //!
 //! As upstream since 1.31, a Job about to end says so first —
 //! `SuccessCriteriaMet` or `FailureTarget` — and gets `Complete` or
 //! `Failed` once its remaining pods are gone.
+//!
+//! `sync` is one pass; `pods` does what is done to pods, `manage` keeps
+//! the right number running, `ending` decides whether the Job is over,
+//! `indexes` and `policy` hold the pure rules.
 
+pub mod ending;
+pub mod indexes;
+mod manage;
+mod pods;
 pub mod policy;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTerminatedPods};
-use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
 use kube::{Resource, ResourceExt};
 use rudder_runtime::controller::Action;
 use rudder_runtime::events::reference_to;
-use rudder_runtime::expectations::Seen;
 use rudder_runtime::informer::{OWNER_INDEX, Store, key_of};
-use rudder_runtime::meta::{controller_of, controller_reference, has_finalizer, pod};
+use rudder_runtime::meta::{controller_of, has_finalizer, pod};
 use rudder_runtime::{Change, EventType, Expectations, Recorder, WorkQueue};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use self::policy::{INDEX, Verdict};
+use self::ending::{Ending, Facts};
+use self::manage::Running;
+use self::policy::Verdict;
 use crate::{Context, Error, api_error};
-use crate::{failure_message, is_status};
 
 /// The finalizer that keeps a Job's pods until they are counted.
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 const CONTROLLER: &str = "job-controller";
-/// Pods created in one pass at most (upstream's `MaxPodCreateDeletePerSync`).
-const MAX_PER_SYNC: usize = 500;
 
 /// Failures since the last success, and when the last was seen
 /// (upstream's in-memory backoff records).
@@ -129,6 +138,9 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                             } else if has_finalizer(&*p, TRACKING_FINALIZER) && controller_of(&*p).is_some_and(|r| r.kind == "Job") {
                                 // Its Job is gone: nothing will count it.
                                 c.queue.add(orphan_key(&p));
+                            } else if controller_of(&*p).is_none() && !gone {
+                                // An orphan: the Jobs that may adopt it.
+                                c.jobs_selecting(&p).into_iter().for_each(|k| c.queue.add(k));
                             }
                         }
                         Some(Change::Resync) => c.jobs.keys().into_iter().for_each(|k| c.queue.add(k)),
@@ -242,6 +254,27 @@ fn fate(p: &Pod, only_failed: bool) -> Fate {
     }
 }
 
+/// What a pod is being deleted without having finished (upstream's
+/// `CountTerminatingPods`): a Job is not over while it has any.
+fn terminating(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_some() && !matches!(pod::phase(p), "Succeeded" | "Failed")
+}
+
+/// The finished pods of one pass, as counted.
+#[derive(Default)]
+struct Tally {
+    /// Written to `uncountedTerminatedPods` before their finalizers go.
+    succeeded: Vec<String>,
+    failed: Vec<String>,
+    /// Finished pods that do not count (ignored failures, second successes
+    /// of an index): released uncounted.
+    ignored: Vec<Arc<Pod>>,
+    /// The message of a `FailJob` rule a pod matched.
+    fail_job: Option<String>,
+    /// Whether the status must be written before finalizers go.
+    changed: bool,
+}
+
 impl Controller {
     fn job_of(&self, p: &Pod) -> Option<Arc<Job>> {
         let reference = controller_of(p).filter(|r| r.kind == "Job")?;
@@ -251,100 +284,13 @@ impl Controller {
         (job.metadata.uid.as_deref() == Some(reference.uid.as_str())).then_some(job)
     }
 
-    fn pods_api(&self, namespace: &str) -> Api<Pod> {
-        Api::namespaced(self.ctx.client.clone(), namespace)
-    }
-
-    /// Removes the tracking finalizer from `p`; a pod already gone is fine.
-    async fn release(&self, p: &Pod) -> Result<(), Error> {
-        let patch =
-            json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [TRACKING_FINALIZER]}});
-        match self
-            .pods_api(p.metadata.namespace.as_deref().unwrap_or_default())
-            .patch(
-                &p.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is_status(&e, 404) => Ok(()),
-            Err(e) => Err(api_error(format!(
-                "remove the tracking finalizer of pod {}",
-                p.name_any()
-            ))(e)),
-        }
-    }
-
-    async fn release_all(&self, pods: &[Arc<Pod>]) -> Result<(), Error> {
-        let releases: Vec<_> = pods
-            .iter()
-            .filter(|p| has_finalizer(&***p, TRACKING_FINALIZER))
-            .map(|p| async move {
-                self.release(p).await?;
-                if let Some(uid) = p.metadata.uid.clone() {
-                    self.released
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(uid);
-                }
-                Ok(())
-            })
-            .collect();
-        let outcomes: Vec<Result<(), Error>> = futures::stream::iter(releases)
-            .buffer_unordered(32)
-            .collect()
-            .await;
-        outcomes.into_iter().collect()
-    }
-
-    /// Deletes pods the Job no longer wants (suspended, or more than
-    /// parallelism): their finalizer goes first, so they are not counted
-    /// as failures (upstream's `deleteJobPods`).
-    async fn remove_pods(&self, job: &Job, pods: &[Arc<Pod>]) -> Result<(), Error> {
-        self.release_all(pods).await?;
-        self.delete_pods(job, pods).await
-    }
-
-    async fn delete_pods(&self, job: &Job, pods: &[Arc<Pod>]) -> Result<(), Error> {
-        let key = key_of(job);
-        self.expectations
-            .expect_deletions(&key, pods.iter().map(|p| key_of(&**p)));
-        let deletions: Vec<_> = pods
-            .iter()
-            .map(|p| {
-                let api = self.pods_api(p.metadata.namespace.as_deref().unwrap_or_default());
-                let (name, pod_key, key) = (p.name_any(), key_of(&**p), key.clone());
-                async move {
-                    match api.delete(&name, &DeleteParams::background()).await {
-                        Ok(_) => {
-                            self.recorder.event(
-                                &reference_to(job),
-                                EventType::Normal,
-                                "SuccessfulDelete",
-                                "Delete",
-                                &format!("Deleted pod: {name}"),
-                            );
-                            Ok(())
-                        }
-                        Err(e) => {
-                            self.expectations.deletion_failed(&key, &pod_key);
-                            if is_status(&e, 404) {
-                                Ok(())
-                            } else {
-                                Err(api_error(format!("delete pod {name}"))(e))
-                            }
-                        }
-                    }
-                }
-            })
-            .collect();
-        let outcomes: Vec<Result<(), Error>> = futures::stream::iter(deletions)
-            .buffer_unordered(32)
-            .collect()
-            .await;
-        outcomes.into_iter().collect()
+    /// Whether the pod with `uid` had its finalizer removed (and was
+    /// counted) while the cache may still show it.
+    fn was_released(&self, uid: &str) -> bool {
+        self.released
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(uid)
     }
 
     async fn sync(&self, key: &str) -> Result<Action, Error> {
@@ -362,7 +308,7 @@ impl Controller {
             return Ok(Action::Done);
         };
         let uid = job.metadata.uid.clone().unwrap_or_default();
-        let pods: Vec<Arc<Pod>> = self
+        let owned: Vec<Arc<Pod>> = self
             .pods
             .by_index(OWNER_INDEX, &uid)
             .into_iter()
@@ -370,31 +316,17 @@ impl Controller {
             .collect();
         let mut status = job.status.clone().unwrap_or_default();
         if job.metadata.deletion_timestamp.is_some() || finished(&status) {
-            self.release_all(&pods).await?;
+            self.release_all(&owned).await?;
             return Ok(Action::Done);
         }
+        let pods = self.claim(&job, owned).await?;
         let now = self.ctx.clock.now();
         let spec = job.spec.clone().unwrap_or_default();
         let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+        let per_index = indexed && spec.backoff_limit_per_index.is_some();
+        let completions = spec.completions.unwrap_or(0);
         let only_failed = only_failed_count(&job);
 
-        // Count what finished: uncounted first, then released, then counted.
-        let mut uncounted = status.uncounted_terminated_pods.clone().unwrap_or_default();
-        let mut uncounted_succeeded: Vec<String> = uncounted.succeeded.clone().unwrap_or_default();
-        let mut uncounted_failed: Vec<String> = uncounted.failed.clone().unwrap_or_default();
-        let listed: HashSet<String> = uncounted_succeeded
-            .iter()
-            .chain(&uncounted_failed)
-            .cloned()
-            .collect();
-        let mut fail_job: Option<String> = None;
-        let mut ignored: Vec<Arc<Pod>> = Vec::new();
-        let mut newly_uncounted = false;
-        let mut completed: BTreeSet<i32> = status
-            .completed_indexes
-            .as_deref()
-            .map(policy::parse_indexes)
-            .unwrap_or_default();
         // Released pods the cache now shows without the finalizer need no
         // more remembering.
         {
@@ -407,47 +339,111 @@ impl Controller {
                 }
             }
         }
-        for p in pods
+        let mut uncounted = status.uncounted_terminated_pods.clone().unwrap_or_default();
+        let mut tally = Tally {
+            succeeded: uncounted.succeeded.clone().unwrap_or_default(),
+            failed: uncounted.failed.clone().unwrap_or_default(),
+            ..Tally::default()
+        };
+        let listed: HashSet<String> = tally
+            .succeeded
+            .iter()
+            .chain(&tally.failed)
+            .cloned()
+            .collect();
+        // Pods that finished or run, not yet counted.
+        let fresh: Vec<&Arc<Pod>> = pods
             .iter()
             .filter(|p| has_finalizer(&***p, TRACKING_FINALIZER))
-        {
+            .filter(|p| {
+                let pod_uid = p.metadata.uid.as_deref().unwrap_or_default();
+                !listed.contains(pod_uid) && !self.was_released(pod_uid)
+            })
+            .collect();
+        let mut completed: BTreeSet<i32> = status
+            .completed_indexes
+            .as_deref()
+            .map(|t| indexes::parse_below(t, completions))
+            .unwrap_or_default();
+        let in_range = |p: &Pod| indexes::index_of(p).filter(|i| *i < completions);
+
+        // With backoffLimitPerIndex: the indexes that failed, and each
+        // index's last failure, kept until it is replaced.
+        let mut failed_indexes: BTreeSet<i32> = BTreeSet::new();
+        let mut last_failures: BTreeMap<i32, Arc<Pod>> = BTreeMap::new();
+        if per_index {
+            let failures: Vec<&Arc<Pod>> = fresh
+                .iter()
+                .copied()
+                .filter(|p| fate(p, only_failed) == Fate::Failed && in_range(p).is_some())
+                .collect();
+            failed_indexes = status
+                .failed_indexes
+                .as_deref()
+                .map(|t| indexes::parse_below(t, completions))
+                .unwrap_or_default();
+            failed_indexes.extend(
+                failures
+                    .iter()
+                    .filter(|p| indexes::fails_index(&job, p))
+                    .filter_map(|p| in_range(p)),
+            );
+            let ending_announced = condition(&status, "FailureTarget").is_some()
+                || condition(&status, "SuccessCriteriaMet").is_some();
+            if !ending_announced {
+                let settled: HashSet<i32> = pods
+                    .iter()
+                    .filter(|p| match fate(p, only_failed) {
+                        Fate::Active => true,
+                        Fate::Succeeded => has_finalizer(&***p, TRACKING_FINALIZER),
+                        _ => false,
+                    })
+                    .filter_map(|p| indexes::index_of(p))
+                    .chain(completed.iter().copied())
+                    .chain(failed_indexes.iter().copied())
+                    .collect();
+                last_failures = indexes::last_failures(failures, |i| settled.contains(&i));
+            }
+            let written = indexes::format_indexes(&failed_indexes);
+            if status.failed_indexes.as_deref() != Some(written.as_str()) {
+                status.failed_indexes = Some(written);
+                tally.changed = true;
+            }
+        }
+        let waiting: HashSet<&str> = last_failures
+            .values()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+
+        // Count what finished.
+        for p in &fresh {
             let pod_uid = p.metadata.uid.clone().unwrap_or_default();
-            let released = self
-                .released
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&pod_uid);
-            if listed.contains(&pod_uid) || released {
+            if waiting.contains(pod_uid.as_str()) {
                 continue;
             }
             match fate(p, only_failed) {
                 Fate::Succeeded => {
                     if indexed {
-                        match policy::index_of(p) {
-                            Some(i)
-                                if i >= 0
-                                    && i < spec.completions.unwrap_or(0)
-                                    && !completed.contains(&i) => {}
+                        match in_range(p) {
+                            Some(i) if !completed.contains(&i) => {}
                             // A second success of an index counts once.
                             _ => {
-                                ignored.push(p.clone());
+                                tally.ignored.push((*p).clone());
                                 continue;
                             }
                         }
                     }
-                    uncounted_succeeded.push(pod_uid);
-                    newly_uncounted = true;
+                    tally.succeeded.push(pod_uid);
+                    tally.changed = true;
                 }
                 Fate::Failed => match policy::judge(&job, p) {
-                    Verdict::Ignore => ignored.push(p.clone()),
-                    Verdict::FailJob(message) => {
-                        fail_job.get_or_insert(message);
-                        uncounted_failed.push(pod_uid);
-                        newly_uncounted = true;
-                    }
-                    Verdict::Count | Verdict::FailIndex => {
-                        uncounted_failed.push(pod_uid);
-                        newly_uncounted = true;
+                    Verdict::Ignore => tally.ignored.push((*p).clone()),
+                    verdict => {
+                        if let Verdict::FailJob(message) = verdict {
+                            tally.fail_job.get_or_insert(message);
+                        }
+                        tally.failed.push(pod_uid);
+                        tally.changed = true;
                     }
                 },
                 _ => {}
@@ -455,13 +451,13 @@ impl Controller {
         }
         // The object the next status write is based on.
         let mut current: Arc<Job> = job.clone();
-        if newly_uncounted {
-            uncounted.succeeded = Some(uncounted_succeeded.clone());
-            uncounted.failed = Some(uncounted_failed.clone());
+        if tally.changed {
+            uncounted.succeeded = Some(tally.succeeded.clone());
+            uncounted.failed = Some(tally.failed.clone());
             status.uncounted_terminated_pods = Some(uncounted.clone());
             // A FailJob verdict is written with the pod that caused it: once
             // the pod is released, nothing else remembers it.
-            if let Some(message) = &fail_job
+            if let Some(message) = &tally.fail_job
                 && condition(&status, "FailureTarget").is_none()
             {
                 set_condition(
@@ -477,219 +473,67 @@ impl Controller {
             status = written.status.clone().unwrap_or_default();
             current = Arc::new(written);
         }
-        // Release the uncounted and the ignored.
-        let uncounted_uids: HashSet<&String> = uncounted_succeeded
-            .iter()
-            .chain(&uncounted_failed)
-            .collect();
-        let to_release: Vec<Arc<Pod>> = pods
-            .iter()
-            .filter(|p| {
-                p.metadata
-                    .uid
-                    .as_ref()
-                    .is_some_and(|u| uncounted_uids.contains(u))
-            })
-            .cloned()
-            .chain(ignored)
-            .collect();
-        self.release_all(&to_release).await?;
-        // Count them.
-        if !uncounted_succeeded.is_empty() || !uncounted_failed.is_empty() {
-            let by_uid: HashMap<&str, &Arc<Pod>> = pods
-                .iter()
-                .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
-                .collect();
-            if indexed {
-                for u in &uncounted_succeeded {
-                    if let Some(i) = by_uid.get(u.as_str()).and_then(|p| policy::index_of(p)) {
-                        completed.insert(i);
-                    }
-                }
-                status.completed_indexes = Some(policy::format_indexes(&completed));
-            }
-            status.succeeded =
-                Some(status.succeeded.unwrap_or(0) + uncounted_succeeded.len() as i32);
-            status.failed = Some(status.failed.unwrap_or(0) + uncounted_failed.len() as i32);
-            {
-                let mut records = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
-                let record = records.entry(key.to_string()).or_default();
-                if !uncounted_succeeded.is_empty() {
-                    *record = Backoff::default();
-                }
-                if !uncounted_failed.is_empty() {
-                    record.failures += uncounted_failed.len() as u32;
-                    record.last = Some(now);
-                }
-            }
-            status.uncounted_terminated_pods = Some(UncountedTerminatedPods::default());
-        }
-        if status.uncounted_terminated_pods.is_none() {
-            status.uncounted_terminated_pods = Some(UncountedTerminatedPods::default());
-        }
+        self.count(
+            key,
+            &pods,
+            &tally,
+            &mut status,
+            &mut completed,
+            indexed,
+            per_index,
+            now,
+        )
+        .await?;
 
         let active: Vec<Arc<Pod>> = pods
             .iter()
             .filter(|p| fate(p, only_failed) == Fate::Active)
             .cloned()
             .collect();
-        let terminating = pods
-            .iter()
-            .filter(|p| fate(p, only_failed) == Fate::Terminating)
-            .count() as i32;
-        let succeeded = status.succeeded.unwrap_or(0);
-        let failed = status.failed.unwrap_or(0);
+        let stopping: Vec<Arc<Pod>> = pods.iter().filter(|p| terminating(p)).cloned().collect();
         let mut action = Action::Done;
 
-        // Suspended: no pods run.
         let suspended = spec.suspend.unwrap_or(false);
-        let was_suspended = status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Suspended" && c.status == "True");
-        if suspended {
-            if !was_suspended {
-                set_condition(
-                    &mut status,
-                    "Suspended",
-                    "True",
-                    "JobSuspended",
-                    "Job suspended",
-                    now,
-                );
-                self.recorder.event(
-                    &reference_to(&*job),
-                    EventType::Normal,
-                    "Suspended",
-                    "Suspend",
-                    "Job suspended",
-                );
-            }
-            self.remove_pods(&job, &active).await?;
-            status.active = Some(0);
+        if status.start_time.is_none() && !suspended {
+            status.start_time = Some(crate::deployment::util::time(now));
+        }
+        let deadline = spec
+            .active_deadline_seconds
+            .filter(|_| !suspended)
+            .zip(status.start_time.as_ref())
+            .map(|(s, t)| SystemTime::from(t.0) + Duration::from_secs(s.max(0) as u64));
+        let ending = ending::decide(&Facts {
+            spec: &spec,
+            status: &status,
+            fail_job: tally.fail_job.as_deref(),
+            deadline_passed: deadline.is_some_and(|d| d <= now),
+            completed: &completed,
+            failed_indexes: &failed_indexes,
+            active: active.len(),
+        });
+        if let Some(ending) = ending {
+            let over = active.is_empty() && stopping.is_empty() && last_failures.is_empty();
+            self.end(&job, &mut status, &ending, &active, over, now)
+                .await?;
         } else {
-            if was_suspended {
-                set_condition(
-                    &mut status,
-                    "Suspended",
-                    "False",
-                    "JobResumed",
-                    "Job resumed",
-                    now,
-                );
-                self.recorder.event(
-                    &reference_to(&*job),
-                    EventType::Normal,
-                    "Resumed",
-                    "Resume",
-                    "Job resumed",
-                );
-                status.start_time = Some(crate::deployment::util::time(now));
-            }
-            if status.start_time.is_none() {
-                status.start_time = Some(crate::deployment::util::time(now));
-            }
-            let started = status
-                .start_time
-                .as_ref()
-                .map(|t| SystemTime::from(t.0))
-                .unwrap_or(now);
-            let deadline = spec
-                .active_deadline_seconds
-                .map(|s| started + Duration::from_secs(s.max(0) as u64));
-
-            // Is it over?
-            let failure: Option<(String, String)> =
-                if let Some(c) = condition(&status, "FailureTarget") {
-                    Some((
-                        c.reason.clone().unwrap_or_default(),
-                        c.message.clone().unwrap_or_default(),
-                    ))
-                } else if let Some(message) = fail_job {
-                    Some(("PodFailurePolicy".into(), message))
-                } else if failed > spec.backoff_limit.unwrap_or(6) {
-                    Some((
-                        "BackoffLimitExceeded".into(),
-                        "Job has reached the specified backoff limit".into(),
-                    ))
-                } else if deadline.is_some_and(|d| d <= now) {
-                    Some((
-                        "DeadlineExceeded".into(),
-                        "Job was active longer than specified deadline".into(),
-                    ))
-                } else {
-                    None
-                };
-            let done = match spec.completions {
-                _ if status
-                    .conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "SuccessCriteriaMet" && c.status == "True") =>
-                {
-                    true
-                }
-                Some(n) if indexed => completed.len() as i32 >= n,
-                Some(n) => succeeded >= n,
-                None => succeeded > 0 && active.is_empty(),
-            };
-            if let Some((reason, message)) = failure {
-                if condition(&status, "FailureTarget").is_none() {
-                    set_condition(&mut status, "FailureTarget", "True", &reason, &message, now);
-                }
-                self.delete_pods(&job, &active).await?;
-                if active.is_empty() && terminating == 0 {
-                    set_condition(&mut status, "Failed", "True", &reason, &message, now);
-                    self.recorder.event(
-                        &reference_to(&*job),
-                        EventType::Warning,
-                        &reason,
-                        "Fail",
-                        &message,
-                    );
-                }
-                status.active = Some(0);
-            } else if done {
-                let (reason, message) = (
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods",
-                );
-                if condition(&status, "SuccessCriteriaMet").is_none() {
-                    set_condition(
-                        &mut status,
-                        "SuccessCriteriaMet",
-                        "True",
-                        reason,
-                        message,
-                        now,
-                    );
-                }
-                self.delete_pods(&job, &active).await?;
-                if active.is_empty() && terminating == 0 {
-                    set_condition(&mut status, "Complete", "True", reason, message, now);
-                    status.completion_time = Some(crate::deployment::util::time(now));
-                    self.recorder.event(
-                        &reference_to(&*job),
-                        EventType::Normal,
-                        "Completed",
-                        "Complete",
-                        "Job completed",
-                    );
-                }
+            self.suspend_or_resume(&job, &mut status, suspended, now);
+            if suspended {
+                self.remove_pods(&job, &active).await?;
                 status.active = Some(0);
             } else {
                 action = self
-                    .manage(
+                    .manage(&Running {
                         key,
-                        &job,
-                        &spec,
-                        &active,
-                        terminating,
-                        succeeded,
-                        &completed,
+                        job: &job,
+                        spec: &spec,
+                        active: &active,
+                        terminating: &stopping,
+                        succeeded: status.succeeded.unwrap_or(0),
+                        completed: &completed,
+                        failed_indexes: &failed_indexes,
+                        last_failures: &last_failures,
                         now,
-                    )
+                    })
                     .await?;
                 if let Some(deadline) = deadline {
                     let left = deadline.duration_since(now).unwrap_or_default();
@@ -702,7 +546,7 @@ impl Controller {
             }
         }
         status.ready = Some(active.iter().filter(|p| pod::is_ready(p)).count() as i32);
-        status.terminating = Some(terminating);
+        status.terminating = Some(stopping.len() as i32);
         if status.succeeded.is_none() {
             status.succeeded = Some(0);
         }
@@ -715,196 +559,161 @@ impl Controller {
         Ok(action)
     }
 
-    /// Creates or deletes pods so that the right number run (upstream's
-    /// `manageJob`); waits out the failure backoff first.
+    /// Releases the pods of `tally` and moves them from
+    /// `uncountedTerminatedPods` to the counters (and `completedIndexes`).
     #[allow(clippy::too_many_arguments)]
-    async fn manage(
+    async fn count(
         &self,
         key: &str,
-        job: &Job,
-        spec: &k8s_openapi::api::batch::v1::JobSpec,
-        active: &[Arc<Pod>],
-        terminating: i32,
-        succeeded: i32,
-        completed: &BTreeSet<i32>,
+        pods: &[Arc<Pod>],
+        tally: &Tally,
+        status: &mut JobStatus,
+        completed: &mut BTreeSet<i32>,
+        indexed: bool,
+        per_index: bool,
         now: SystemTime,
-    ) -> Result<Action, Error> {
-        let parallelism = spec.parallelism.unwrap_or(1).max(0) as usize;
-        let indexed = spec.completion_mode.as_deref() == Some("Indexed");
-        // Indexes still wanted, lowest first.
-        let running: HashSet<i32> = active.iter().filter_map(|p| policy::index_of(p)).collect();
-        let missing: Vec<i32> = if indexed {
-            (0..spec.completions.unwrap_or(0))
-                .filter(|i| !completed.contains(i) && !running.contains(i))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let wanted = match spec.completions {
-            Some(_) if indexed => parallelism.min(running.len() + missing.len()),
-            Some(n) => parallelism.min((n - succeeded).max(0) as usize),
-            // A work queue: once one pod succeeded, no new ones start.
-            None if succeeded > 0 => active.len(),
-            None => parallelism,
-        };
-        // With podReplacementPolicy Failed, terminating pods are not yet replaced.
-        let occupied = active.len()
-            + if spec.pod_replacement_policy.as_deref() == Some("Failed") {
-                terminating.max(0) as usize
-            } else {
-                0
-            };
-        if occupied > wanted {
-            let mut surplus: Vec<Arc<Pod>> = active.to_vec();
-            // Not ready, then newest, go first.
-            surplus.sort_by(|a, b| {
-                pod::is_ready(a).cmp(&pod::is_ready(b)).then_with(|| {
-                    let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-                    t(b).cmp(&t(a))
-                })
-            });
-            surplus.truncate(occupied - wanted);
-            self.remove_pods(job, &surplus).await?;
-            return Ok(Action::Done);
-        }
-        if occupied == wanted || !self.expectations.satisfied(key, |k| self.seen(k)) {
-            return Ok(Action::Done);
-        }
-        let record = self
-            .backoff
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .copied()
-            .unwrap_or_default();
-        if let Some(last) = record.last {
-            let ready_at = last + policy::backoff(record.failures);
-            if ready_at > now {
-                return Ok(Action::RequeueAfter(
-                    ready_at.duration_since(now).unwrap_or_default(),
-                ));
-            }
-        }
-        let count = (wanted - occupied).min(MAX_PER_SYNC);
-        let indexes: Vec<Option<i32>> = if indexed {
-            missing.into_iter().take(count).map(Some).collect()
-        } else {
-            vec![None; count]
-        };
-        self.expectations.expect_creations(key, indexes.len());
-        let namespace = job.metadata.namespace.clone().unwrap_or_default();
-        let api = self.pods_api(&namespace);
-        let creates: Vec<_> = indexes
-            .into_iter()
-            .map(|index| {
-                let api = api.clone();
-                let template = self.pod_for(job, index);
-                async move {
-                    match api.create(&PostParams::default(), &template).await {
-                        Ok(p) => {
-                            self.expectations.created(key, Some(key_of(&p)));
-                            self.recorder.event(
-                                &reference_to(job),
-                                EventType::Normal,
-                                "SuccessfulCreate",
-                                "Create",
-                                &format!("Created pod: {}", p.name_any()),
-                            );
-                            Ok(())
-                        }
-                        Err(e) => {
-                            self.expectations.created(key, None);
-                            Err(e)
-                        }
+    ) -> Result<(), Error> {
+        let uncounted: HashSet<&String> = tally.succeeded.iter().chain(&tally.failed).collect();
+        let to_release: Vec<Arc<Pod>> = pods
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .uid
+                    .as_ref()
+                    .is_some_and(|u| uncounted.contains(u))
+            })
+            .cloned()
+            .chain(tally.ignored.iter().cloned())
+            .collect();
+        self.release_all(&to_release).await?;
+        if !uncounted.is_empty() {
+            let by_uid: HashMap<&str, &Arc<Pod>> = pods
+                .iter()
+                .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+                .collect();
+            if indexed {
+                for u in &tally.succeeded {
+                    if let Some(i) = by_uid.get(u.as_str()).and_then(|p| indexes::index_of(p)) {
+                        completed.insert(i);
                     }
                 }
-            })
-            .collect();
-        let outcomes: Vec<Result<(), kube::Error>> = futures::stream::iter(creates)
-            .buffer_unordered(64)
-            .collect()
-            .await;
-        if let Some(e) = outcomes.into_iter().find_map(Result::err) {
+                status.completed_indexes = Some(indexes::format_indexes(completed));
+            }
+            status.succeeded = Some(status.succeeded.unwrap_or(0) + tally.succeeded.len() as i32);
+            status.failed = Some(status.failed.unwrap_or(0) + tally.failed.len() as i32);
+            // With backoffLimitPerIndex, each index keeps its own backoff.
+            if !per_index {
+                let mut records = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
+                let record = records.entry(key.to_string()).or_default();
+                if !tally.succeeded.is_empty() {
+                    *record = Backoff::default();
+                }
+                if !tally.failed.is_empty() {
+                    record.failures += tally.failed.len() as u32;
+                    record.last = Some(now);
+                }
+            }
+        }
+        status.uncounted_terminated_pods = Some(UncountedTerminatedPods::default());
+        Ok(())
+    }
+
+    /// A Job that is over: announces it (`FailureTarget`,
+    /// `SuccessCriteriaMet`), stops what still runs — a failing Job's pods
+    /// are counted as failed, a succeeding Job's are not — and, once `over`
+    /// (nothing runs or terminates), sets `Failed` or `Complete`.
+    async fn end(
+        &self,
+        job: &Job,
+        status: &mut JobStatus,
+        ending: &Ending,
+        active: &[Arc<Pod>],
+        over: bool,
+        now: SystemTime,
+    ) -> Result<(), Error> {
+        match ending {
+            Ending::Fail { reason, message } => {
+                if condition(status, "FailureTarget").is_none() {
+                    set_condition(status, "FailureTarget", "True", reason, message, now);
+                }
+                self.delete_pods(job, active).await?;
+                if over {
+                    set_condition(status, "Failed", "True", reason, message, now);
+                    self.recorder.event(
+                        &reference_to(job),
+                        EventType::Warning,
+                        reason,
+                        "Fail",
+                        message,
+                    );
+                }
+            }
+            Ending::Succeed { reason, message } => {
+                if condition(status, "SuccessCriteriaMet").is_none() {
+                    set_condition(status, "SuccessCriteriaMet", "True", reason, message, now);
+                }
+                self.remove_pods(job, active).await?;
+                if over {
+                    set_condition(status, "Complete", "True", reason, message, now);
+                    status.completion_time = Some(crate::deployment::util::time(now));
+                    self.recorder.event(
+                        &reference_to(job),
+                        EventType::Normal,
+                        "Completed",
+                        "Complete",
+                        "Job completed",
+                    );
+                }
+            }
+        }
+        status.active = Some(0);
+        Ok(())
+    }
+
+    /// Keeps the `Suspended` condition as `spec.suspend` says; a resumed
+    /// Job's deadline starts again.
+    fn suspend_or_resume(
+        &self,
+        job: &Job,
+        status: &mut JobStatus,
+        suspended: bool,
+        now: SystemTime,
+    ) {
+        let was_suspended = condition(status, "Suspended").is_some();
+        if suspended && !was_suspended {
+            set_condition(
+                status,
+                "Suspended",
+                "True",
+                "JobSuspended",
+                "Job suspended",
+                now,
+            );
             self.recorder.event(
                 &reference_to(job),
-                EventType::Warning,
-                "FailedCreate",
-                "Create",
-                &format!("Error creating: {}", failure_message(&e)),
+                EventType::Normal,
+                "Suspended",
+                "Suspend",
+                "Job suspended",
             );
-            return Err(api_error("create pods")(e));
+        } else if !suspended && was_suspended {
+            set_condition(
+                status,
+                "Suspended",
+                "False",
+                "JobResumed",
+                "Job resumed",
+                now,
+            );
+            self.recorder.event(
+                &reference_to(job),
+                EventType::Normal,
+                "Resumed",
+                "Resume",
+                "Job resumed",
+            );
+            status.start_time = Some(crate::deployment::util::time(now));
         }
-        Ok(Action::Done)
-    }
-
-    fn seen(&self, pod_key: &str) -> Seen {
-        match self.pods.get(pod_key) {
-            None => Seen::Absent,
-            Some(p) if p.metadata.deletion_timestamp.is_some() => Seen::Deleting,
-            Some(_) => Seen::Present,
-        }
-    }
-
-    /// A pod of `job` (for `index` when Indexed), as upstream makes them.
-    fn pod_for(&self, job: &Job, index: Option<i32>) -> Pod {
-        let template = job
-            .spec
-            .as_ref()
-            .map(|s| s.template.clone())
-            .unwrap_or_default();
-        let mut p = Pod {
-            metadata: template.metadata.unwrap_or_default(),
-            spec: template.spec,
-            status: None,
-        };
-        let name = job.name_any();
-        p.metadata.name = None;
-        p.metadata.namespace = job.metadata.namespace.clone();
-        p.metadata.generate_name = Some(match index {
-            Some(i) => format!("{name}-{i}-"),
-            None => format!("{name}-"),
-        });
-        p.metadata.owner_references = controller_reference(job).map(|r| vec![r]);
-        p.metadata
-            .finalizers
-            .get_or_insert_default()
-            .push(TRACKING_FINALIZER.into());
-        if let Some(i) = index {
-            p.metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(INDEX.into(), i.to_string());
-            p.metadata
-                .labels
-                .get_or_insert_default()
-                .insert(INDEX.into(), i.to_string());
-            if let Some(spec) = p.spec.as_mut() {
-                spec.hostname = Some(format!("{name}-{i}"));
-                let env = EnvVar {
-                    name: "JOB_COMPLETION_INDEX".into(),
-                    value: None,
-                    value_from: Some(EnvVarSource {
-                        field_ref: Some(ObjectFieldSelector {
-                            field_path: format!("metadata.labels['{INDEX}']"),
-                            api_version: None,
-                        }),
-                        ..Default::default()
-                    }),
-                };
-                for c in spec
-                    .init_containers
-                    .iter_mut()
-                    .flatten()
-                    .chain(spec.containers.iter_mut())
-                {
-                    let vars = c.env.get_or_insert_default();
-                    if !vars.iter().any(|v| v.name == env.name) {
-                        vars.push(env.clone());
-                    }
-                }
-            }
-        }
-        p
     }
 
     async fn write_status(&self, job: &Job, status: JobStatus) -> Result<Job, Error> {

@@ -1,15 +1,12 @@
-//! The pure decisions of the Job controller: what a finished pod counts as
-//! under a `podFailurePolicy`, which indexes an Indexed Job still needs,
-//! how long to wait after failures, and how `completedIndexes` is written.
+//! The pure decisions of the Job controller about failures: what a failed
+//! pod counts as under a `podFailurePolicy` (upstream's
+//! `pod_failure_policy.go`) and how long to wait after failures (its
+//! `backoff_utils.go`). Indexed Jobs' decisions are in `indexes`.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{Job, PodFailurePolicyRule};
 use k8s_openapi::api::core::v1::Pod;
-
-/// The annotation (and label) carrying an Indexed Job pod's index.
-pub const INDEX: &str = "batch.kubernetes.io/job-completion-index";
 
 /// What a failed pod does to its Job under the pod failure policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,59 +117,6 @@ fn rule_matches(rule: &PodFailurePolicyRule, pod: &Pod) -> Option<String> {
     None
 }
 
-/// The index of an Indexed Job's pod.
-pub fn index_of(pod: &Pod) -> Option<i32> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(INDEX))
-        .or_else(|| pod.metadata.labels.as_ref().and_then(|l| l.get(INDEX)))
-        .and_then(|v| v.parse().ok())
-}
-
-/// Parses `completedIndexes` ("1,3-5,7").
-pub fn parse_indexes(text: &str) -> BTreeSet<i32> {
-    let mut out = BTreeSet::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                if let (Ok(a), Ok(b)) = (a.parse::<i32>(), b.parse::<i32>()) {
-                    out.extend(a..=b);
-                }
-            }
-            None => {
-                if let Ok(i) = part.parse() {
-                    out.insert(i);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Writes indexes as upstream does: ascending, runs of three or more as
-/// ranges, pairs as two entries ("1,3-5,7,8").
-pub fn format_indexes(indexes: &BTreeSet<i32>) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut iter = indexes.iter().copied().peekable();
-    while let Some(start) = iter.next() {
-        let mut end = start;
-        while iter.peek() == Some(&(end + 1)) {
-            end += 1;
-            iter.next();
-        }
-        match end - start {
-            0 => parts.push(start.to_string()),
-            1 => {
-                parts.push(start.to_string());
-                parts.push(end.to_string());
-            }
-            _ => parts.push(format!("{start}-{end}")),
-        }
-    }
-    parts.join(",")
-}
-
 /// How long to wait before creating pods again after `failures`
 /// consecutive failures (upstream's pod backoff: 10 s doubling, at most
 /// 6 minutes).
@@ -190,14 +134,6 @@ pub fn backoff(failures: u32) -> Duration {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn indexes_round_trip_in_upstreams_format() {
-        let set: BTreeSet<i32> = [1, 3, 4, 5, 7, 8].into_iter().collect();
-        assert_eq!(format_indexes(&set), "1,3-5,7,8");
-        assert_eq!(parse_indexes("1,3-5,7,8"), set);
-        assert_eq!(format_indexes(&BTreeSet::new()), "");
-    }
 
     #[test]
     fn backoff_doubles_up_to_six_minutes() {

@@ -21,7 +21,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference, Time};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Resource, ResourceExt};
 use rudder_runtime::controller::Action;
 use rudder_runtime::events::reference_to;
@@ -31,9 +31,9 @@ use rudder_runtime::meta::{controller_of, labels_of, pod, selector_is_empty, sel
 use rudder_runtime::{Change, EventType, Expectations, Recorder, WorkQueue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::{Claim, controller_reference};
 use crate::{Context, Error, api_error, failure_message, is_status};
 
 /// Pods created or deleted in one pass at most (upstream's
@@ -347,115 +347,18 @@ impl<K: Workload> Controller<K> {
         selector: &LabelSelector,
         pods: Vec<Arc<Pod>>,
     ) -> Result<Vec<Arc<Pod>>, Error> {
-        let uid = owner.meta().uid.clone().unwrap_or_default();
-        let deleting = owner.meta().deletion_timestamp.is_some();
-        let mut claimed = Vec::new();
-        let mut fresh_checked = false;
-        for p in pods {
-            let matches = selector_matches(selector, labels_of(&*p));
-            match controller_of(&*p) {
-                Some(reference) if reference.uid == uid => {
-                    if matches || deleting {
-                        claimed.push(p);
-                    } else {
-                        self.release(&p, &uid).await?;
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    if !matches || deleting || p.metadata.deletion_timestamp.is_some() {
-                        continue;
-                    }
-                    // Upstream reads the owner live once before adopting:
-                    // a workload being deleted must not adopt.
-                    if !fresh_checked {
-                        let live = Api::<K>::namespaced(
-                            self.ctx.client.clone(),
-                            owner.meta().namespace.as_deref().unwrap_or_default(),
-                        )
-                        .get_opt(&owner.name_any())
-                        .await
-                        .map_err(api_error("get the workload before adopting"))?;
-                        match live {
-                            Some(live)
-                                if live.meta().uid.as_deref() == Some(uid.as_str())
-                                    && live.meta().deletion_timestamp.is_none() => {}
-                            // Its cache is behind: nothing is decided on it.
-                            _ => {
-                                return Err(Error::Failed(format!(
-                                    "{} {} changed or is being deleted: not adopting",
-                                    K::kind(&()),
-                                    owner.name_any()
-                                )));
-                            }
-                        }
-                        fresh_checked = true;
-                    }
-                    if let Some(adopted) = self.adopt(owner, &p).await? {
-                        claimed.push(Arc::new(adopted));
-                    }
-                }
-            }
+        Claim {
+            client: &self.ctx.client,
+            owner,
+            selector,
+            finalizer: None,
         }
-        Ok(claimed)
-    }
-
-    fn reference(owner: &K) -> OwnerReference {
-        rudder_runtime::meta::controller_reference(owner).unwrap_or_else(|| OwnerReference {
-            api_version: K::api_version(&()).into_owned(),
-            kind: K::kind(&()).into_owned(),
-            name: owner.name_any(),
-            uid: owner.meta().uid.clone().unwrap_or_default(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        })
+        .claim(pods)
+        .await
     }
 
     fn pods_api(&self, namespace: &str) -> Api<Pod> {
         Api::namespaced(self.ctx.client.clone(), namespace)
-    }
-
-    /// Makes `owner` the controller of the orphan `pod`; `None` if the pod
-    /// is gone or changed under us.
-    async fn adopt(&self, owner: &K, p: &Pod) -> Result<Option<Pod>, Error> {
-        let patch = json!({"metadata": {
-            "ownerReferences": [Self::reference(owner)],
-            "uid": p.metadata.uid,
-        }});
-        let api = self.pods_api(p.metadata.namespace.as_deref().unwrap_or_default());
-        match api
-            .patch(
-                &p.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-        {
-            Ok(adopted) => Ok(Some(adopted)),
-            Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(None),
-            Err(e) => Err(api_error(format!("adopt pod {}", p.name_any()))(e)),
-        }
-    }
-
-    /// Removes `owner_uid` from the owners of `pod`.
-    async fn release(&self, p: &Pod, owner_uid: &str) -> Result<(), Error> {
-        let patch = json!({"metadata": {
-            "ownerReferences": [{"$patch": "delete", "uid": owner_uid}],
-            "uid": p.metadata.uid,
-        }});
-        let api = self.pods_api(p.metadata.namespace.as_deref().unwrap_or_default());
-        match api
-            .patch(
-                &p.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is_status(&e, 404) || is_status(&e, 409) || is_status(&e, 422) => Ok(()),
-            Err(e) => Err(api_error(format!("release pod {}", p.name_any()))(e)),
-        }
     }
 
     /// Creates or deletes pods to reach `spec.replicas` (upstream's
@@ -479,7 +382,7 @@ impl<K: Workload> Controller<K> {
                 &template,
                 &format!("{}-", owner.name_any()),
                 &namespace,
-                Self::reference(owner),
+                controller_reference(owner),
             );
             self.expectations.expect_creations(key, count);
             let (created, failure) = self
