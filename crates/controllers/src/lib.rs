@@ -33,6 +33,7 @@ pub mod resourcequota;
 pub mod serviceaccount;
 pub mod statefulset;
 pub mod ttl;
+pub mod volume;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -210,6 +211,9 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     }),
     ("root-ca-certificate-publisher-controller", |ctx, stop| {
         Box::pin(serviceaccount::run_root_ca_publisher(ctx, stop))
+    }),
+    ("persistentvolume-binder-controller", |ctx, stop| {
+        Box::pin(volume::run(ctx, stop))
     }),
     ("certificatesigningrequest-signing-controller", |ctx, stop| {
         Box::pin(certificates::run_signer(ctx, stop))
