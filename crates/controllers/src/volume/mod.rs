@@ -184,6 +184,8 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     let watch = {
         let (c, stop) = (c.clone(), stop.clone());
         async move {
+            // A deadline, not a sleep per turn: changes must not starve it.
+            let mut resync_at = c.ctx.clock.now() + RESYNC;
             loop {
                 tokio::select! {
                     change = volume_changes.next_until(&stop) => match change {
@@ -210,7 +212,10 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                         }
                         Some(Change::Resync) => c.resync(),
                     },
-                    () = c.ctx.clock.sleep(RESYNC) => c.resync(),
+                    () = c.ctx.clock.sleep_until(resync_at) => {
+                        resync_at = c.ctx.clock.now() + RESYNC;
+                        c.resync();
+                    }
                 }
             }
         }
