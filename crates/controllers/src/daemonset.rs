@@ -7,9 +7,9 @@
 //! RollingUpdate replaces pods within maxUnavailable (and maxSurge);
 //! OnDelete waits for the user.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::{
@@ -205,6 +205,41 @@ struct Controller {
     recorder: Recorder,
     /// Pods created or deleted and not yet seen in the cache.
     expectations: Expectations,
+    /// Per DaemonSet and node, how long to wait before deleting the next
+    /// failed pod (upstream's `failedPodsBackoff`: 1 s doubling to 15 min),
+    /// so a node that keeps failing its pods is not hot-looped.
+    failed_backoff: std::sync::Mutex<HashMap<String, Backoff>>,
+}
+
+/// One backoff entry: the current delay and when it was last extended.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    delay: Duration,
+    at: SystemTime,
+}
+
+const FAILED_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+const FAILED_BACKOFF_MAX: Duration = Duration::from_secs(15 * 60);
+
+/// Whether a failed pod for `key` must wait: the delay since the last
+/// deletion has not passed (`IsInBackOffSinceUpdate`); with the wait left.
+fn in_backoff(entries: &HashMap<String, Backoff>, key: &str, now: SystemTime) -> Option<Duration> {
+    let entry = entries.get(key)?;
+    let since = now.duration_since(entry.at).unwrap_or_default();
+    (since < entry.delay).then(|| entry.delay - since)
+}
+
+/// Records a deletion for `key`: the delay doubles, up to the maximum; an
+/// entry idle for twice the maximum starts over (flowcontrol's `Next`).
+fn next_backoff(entries: &mut HashMap<String, Backoff>, key: &str, now: SystemTime) {
+    let delay = match entries.get(key) {
+        Some(e) if now.duration_since(e.at).unwrap_or_default() <= 2 * FAILED_BACKOFF_MAX => {
+            (e.delay * 2).min(FAILED_BACKOFF_MAX)
+        }
+        _ => FAILED_BACKOFF_INITIAL,
+    };
+    entries.insert(key.to_string(), Backoff { delay, at: now });
+    entries.retain(|_, e| now.duration_since(e.at).unwrap_or_default() <= 2 * FAILED_BACKOFF_MAX);
 }
 
 /// Runs the DaemonSet controller until `stop` fires.
@@ -228,6 +263,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
             ctx.clock.clone(),
         ),
         expectations: Expectations::new(ctx.clock.clone()),
+        failed_backoff: Default::default(),
         ctx: ctx.clone(),
     });
     sets.wait_synced().await;
@@ -451,16 +487,51 @@ impl Controller {
         let now = self.ctx.clock.now();
         let mut creates: Vec<String> = Vec::new();
         let mut deletes: Vec<Arc<Pod>> = Vec::new();
+        let mut retry: Option<Duration> = None;
         for node in &wanted {
             let name = node.name_any();
             let mut pods = by_node.get(&name).cloned().unwrap_or_default();
-            // Failed pods go; they are replaced.
-            let (failed, live): (Vec<_>, Vec<_>) =
-                pods.drain(..).partition(|p| pod::phase(p) == "Failed");
-            deletes.extend(failed);
+            // Failed (and, under restartPolicy Always, succeeded) pods go
+            // and are replaced — failed ones no faster than the node's
+            // backoff allows, with an event each time.
+            let (ended, live): (Vec<_>, Vec<_>) = pods
+                .drain(..)
+                .partition(|p| matches!(pod::phase(p), "Failed" | "Succeeded"));
+            let mut waiting = false;
+            for p in ended {
+                if pod::phase(&p) == "Succeeded" {
+                    deletes.push(p);
+                    continue;
+                }
+                let backoff_key = format!("{uid}/{name}");
+                let mut entries = self
+                    .failed_backoff
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if let Some(left) = in_backoff(&entries, &backoff_key, now) {
+                    retry = Some(retry.map_or(left, |r| r.min(left)));
+                    waiting = true;
+                    continue;
+                }
+                next_backoff(&mut entries, &backoff_key, now);
+                drop(entries);
+                self.recorder.event(
+                    &reference_to(&*set),
+                    EventType::Warning,
+                    "FailedDaemonPod",
+                    "Delete",
+                    &format!(
+                        "Found failed daemon pod {namespace}/{} on node {name}, will try to kill it",
+                        p.name_any()
+                    ),
+                );
+                deletes.push(p);
+            }
             let mut live = live;
             live.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
             match live.len() {
+                // A failed pod waiting out its backoff still holds the node.
+                0 if waiting => {}
                 0 => creates.push(name),
                 1 => {}
                 // Surging: the oldest old and the oldest new stay a while.
@@ -652,10 +723,13 @@ impl Controller {
                 Err(e) => return Err(e),
             }
         }
-        if !min_ready.is_zero() {
-            return Ok(Action::RequeueAfter(min_ready));
-        }
-        Ok(Action::Done)
+        let requeue = match (retry, min_ready.is_zero()) {
+            (Some(r), true) => Some(r),
+            (Some(r), false) => Some(r.min(min_ready)),
+            (None, false) => Some(min_ready),
+            (None, true) => None,
+        };
+        Ok(requeue.map_or(Action::Done, Action::RequeueAfter))
     }
 }
 
@@ -675,6 +749,30 @@ mod tests {
             json!({"spec": {"selector": {}, "template": {"spec": template_spec}}}),
         )
         .expect("set")
+    }
+
+    #[test]
+    fn failed_pods_are_deleted_with_a_doubling_backoff() {
+        let mut entries = HashMap::new();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(in_backoff(&entries, "k", t0), None);
+        next_backoff(&mut entries, "k", t0);
+        assert_eq!(in_backoff(&entries, "k", t0), Some(Duration::from_secs(1)));
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(in_backoff(&entries, "k", t1), None);
+        next_backoff(&mut entries, "k", t1);
+        assert_eq!(
+            in_backoff(&entries, "k", t1 + Duration::from_millis(500)),
+            Some(Duration::from_millis(1500))
+        );
+        // Capped at 15 minutes; forgotten after twice that idle.
+        for _ in 0..20 {
+            next_backoff(&mut entries, "k", t1);
+        }
+        assert_eq!(entries["k"].delay, FAILED_BACKOFF_MAX);
+        let much_later = t1 + 3 * FAILED_BACKOFF_MAX;
+        next_backoff(&mut entries, "k", much_later);
+        assert_eq!(entries["k"].delay, FAILED_BACKOFF_INITIAL);
     }
 
     #[test]
