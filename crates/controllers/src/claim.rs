@@ -2,9 +2,9 @@
 //! `ClaimPods`): an owner claims the dependents it controls that its
 //! selector still matches, adopts orphans its selector matches (after one
 //! live read shows it is not being deleted), and releases those it controls
-//! that no longer match. The ReplicaSet and Job controllers share it; a Job
-//! also puts its tracking finalizer on what it adopts and takes it off what
-//! it releases.
+//! that no longer match. The ReplicaSet, Deployment (over ReplicaSets) and
+//! Job controllers share it; a Job also puts its tracking finalizer on what
+//! it adopts and takes it off what it releases.
 
 use std::fmt::Debug;
 use std::sync::Arc;

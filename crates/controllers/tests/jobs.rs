@@ -559,6 +559,22 @@ async fn orphans_the_selector_matches_are_adopted_and_relabelled_pods_released()
         "the orphan counted as one of the two completions"
     );
 
+    // An orphan still carrying the tracking finalizer loses it.
+    let leftover: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "leftover", "labels": {"app": "nobody"},
+            "finalizers": ["batch.kubernetes.io/job-tracking"]},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &leftover)
+        .await
+        .expect("create");
+    until("the orphan's finalizer is removed", || async {
+        let p = pods.get("leftover").await.expect("get");
+        p.metadata.finalizers.as_ref().is_none_or(|f| f.is_empty())
+    })
+    .await;
+
     // A pod relabelled out of the selector is released and replaced.
     api.create(
         &PostParams::default(),

@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use rudder_runtime::controller::Action;
 use rudder_runtime::events::reference_to;
 use rudder_runtime::informer::{NAMESPACE_INDEX, OWNER_INDEX, Store, key_of};
@@ -26,10 +26,10 @@ use rudder_runtime::meta::{
     controller_of, controller_reference, labels_of, pod, selector_is_empty, selector_matches,
 };
 use rudder_runtime::{Change, EventType, Recorder, WorkQueue};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use self::util::*;
+use crate::claim::Claim;
 use crate::{Context, Error, api_error};
 use crate::{failure_message, is_status};
 
@@ -229,83 +229,17 @@ impl Controller {
         d: &Deployment,
         selector: &LabelSelector,
     ) -> Result<Vec<ReplicaSet>, Error> {
-        let uid = d.metadata.uid.clone().unwrap_or_default();
-        let namespace = d.metadata.namespace.clone().unwrap_or_default();
-        let deleting = d.metadata.deletion_timestamp.is_some();
-        let api = self.rs_api(&namespace);
-        let mut owned = Vec::new();
-        let mut fresh_checked = false;
-        for rs in self.replica_sets.by_index(NAMESPACE_INDEX, &namespace) {
-            let matches = selector_matches(selector, labels_of(&*rs));
-            match controller_of(&*rs) {
-                Some(r) if r.uid == uid => {
-                    if matches || deleting {
-                        owned.push((*rs).clone());
-                    } else {
-                        let patch = json!({"metadata": {
-                            "ownerReferences": [{"$patch": "delete", "uid": uid}],
-                            "uid": rs.metadata.uid,
-                        }});
-                        match api
-                            .patch(
-                                &rs.name_any(),
-                                &PatchParams::default(),
-                                &Patch::Strategic(&patch),
-                            )
-                            .await
-                        {
-                            Ok(_) => {}
-                            Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
-                            Err(e) => return Err(api_error("release a replica set")(e)),
-                        }
-                    }
-                }
-                Some(_) => {}
-                None if matches && !deleting && rs.metadata.deletion_timestamp.is_none() => {
-                    let Some(reference) = controller_reference(d) else {
-                        continue;
-                    };
-                    // Upstream reads the Deployment live once before adopting:
-                    // one being deleted (its cache behind) must not adopt
-                    // what the garbage collector just orphaned.
-                    if !fresh_checked {
-                        let live =
-                            Api::<Deployment>::namespaced(self.ctx.client.clone(), &namespace)
-                                .get_opt(&d.name_any())
-                                .await
-                                .map_err(api_error("get the deployment before adopting"))?;
-                        if !live.is_some_and(|l| {
-                            l.metadata.uid.as_deref() == Some(uid.as_str())
-                                && l.metadata.deletion_timestamp.is_none()
-                        }) {
-                            return Err(Error::Failed(format!(
-                                "deployment {} changed or is being deleted: not adopting",
-                                d.name_any()
-                            )));
-                        }
-                        fresh_checked = true;
-                    }
-                    let patch = json!({"metadata": {
-                        "ownerReferences": [reference],
-                        "uid": rs.metadata.uid,
-                    }});
-                    match api
-                        .patch(
-                            &rs.name_any(),
-                            &PatchParams::default(),
-                            &Patch::Strategic(&patch),
-                        )
-                        .await
-                    {
-                        Ok(adopted) => owned.push(adopted),
-                        Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
-                        Err(e) => return Err(api_error("adopt a replica set")(e)),
-                    }
-                }
-                None => {}
-            }
+        let namespace = d.metadata.namespace.as_deref().unwrap_or_default();
+        let candidates = self.replica_sets.by_index(NAMESPACE_INDEX, namespace);
+        let claimed = Claim {
+            client: &self.ctx.client,
+            owner: d,
+            selector,
+            finalizer: None,
         }
-        Ok(owned)
+        .claim(candidates)
+        .await?;
+        Ok(claimed.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
     /// Sets Progressing to say a Deployment was paused or resumed

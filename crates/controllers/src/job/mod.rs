@@ -135,12 +135,16 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                                 let key = key_of(&*job);
                                 c.expectations.observed(&key, &key_of(&*p), gone);
                                 c.queue.add(key);
-                            } else if has_finalizer(&*p, TRACKING_FINALIZER) && controller_of(&*p).is_some_and(|r| r.kind == "Job") {
-                                // Its Job is gone: nothing will count it.
-                                c.queue.add(orphan_key(&p));
-                            } else if controller_of(&*p).is_none() && !gone {
-                                // An orphan: the Jobs that may adopt it.
-                                c.jobs_selecting(&p).into_iter().for_each(|k| c.queue.add(k));
+                            } else if controller_of(&*p).is_none_or(|r| r.kind == "Job") {
+                                if has_finalizer(&*p, TRACKING_FINALIZER) {
+                                    // Its Job is gone (or let it go): nothing
+                                    // will count it (upstream's orphan queue).
+                                    c.queue.add(orphan_key(&p));
+                                }
+                                if controller_of(&*p).is_none() && !gone {
+                                    // The Jobs that may adopt it.
+                                    c.jobs_selecting(&p).into_iter().for_each(|k| c.queue.add(k));
+                                }
                             }
                         }
                         Some(Change::Resync) => c.jobs.keys().into_iter().for_each(|k| c.queue.add(k)),
@@ -295,7 +299,7 @@ impl Controller {
 
     async fn sync(&self, key: &str) -> Result<Action, Error> {
         if let Some(pod_key) = key.strip_prefix("pod:") {
-            // A tracked pod whose Job is gone: let it go.
+            // A tracked pod whose Job is gone, or an orphan: let it go.
             if let Some(p) = self.pods.get(pod_key)
                 && self.job_of(&p).is_none()
             {
