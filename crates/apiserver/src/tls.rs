@@ -30,7 +30,7 @@ impl TlsFiles {
     pub fn ca_cert(&self) -> PathBuf {
         self.dir.join("ca.crt")
     }
-    fn ca_key(&self) -> PathBuf {
+    pub fn ca_key(&self) -> PathBuf {
         self.dir.join("ca.key")
     }
     pub fn server_cert(&self) -> PathBuf {

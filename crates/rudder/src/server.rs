@@ -58,6 +58,40 @@ pub struct ServerArgs {
     /// The CIDR every Node's pod range (`spec.podCIDR`, a /24) is cut from.
     #[arg(long, default_value = "10.42.0.0/16")]
     pub cluster_cidr: String,
+
+    /// The longest certificate the CertificateSigningRequest signer issues
+    /// from the cluster CA, as Go writes durations (`8760h`, `90m`).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    pub cluster_signing_duration: std::time::Duration,
+}
+
+/// A duration as Go's `time.ParseDuration` reads the flags upstream's take:
+/// numbers each followed by `h`, `m`, `s` or `ms` (`1h30m`).
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let invalid = || format!("invalid duration {text:?}");
+    let (mut total, mut rest) = (0f64, text.trim());
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(invalid)?;
+        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
+        let unit_end = rest[digits..]
+            .find(|c: char| c.is_ascii_digit())
+            .map_or(rest.len(), |i| digits + i);
+        let seconds = match &rest[digits..unit_end] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return Err(invalid()),
+        };
+        total += number * seconds;
+        rest = &rest[unit_end..];
+    }
+    Ok(std::time::Duration::from_secs_f64(total))
 }
 
 /// The backend a `--store` value names.
@@ -154,12 +188,19 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         rudder_controllers::nodeipam::Ranges::parse(&args.cluster_cidr, 24)
             .map_err(|e| anyhow::anyhow!("--cluster-cidr: {e}"))?;
         let client = server.client(&Identity::controller_manager());
-        let ca = rudder_apiserver::tls::TlsFiles::new(&args.data_dir).ca_cert();
+        let tls = rudder_apiserver::tls::TlsFiles::new(&args.data_dir);
+        let read = |path: std::path::PathBuf| {
+            std::fs::read_to_string(&path)
+                .with_context(|| format!("read the cluster CA {}", path.display()))
+        };
+        let root_ca = read(tls.ca_cert())?;
         let options = rudder_controllers::Options {
-            root_ca: Some(
-                std::fs::read_to_string(&ca)
-                    .with_context(|| format!("read the cluster CA {}", ca.display()))?,
-            ),
+            signing_ca: Some(rudder_controllers::certificates::SigningCa {
+                cert_pem: root_ca.clone(),
+                key_pem: read(tls.ca_key())?,
+            }),
+            cluster_signing_duration: args.cluster_signing_duration,
+            root_ca: Some(root_ca),
             cluster_cidr: args.cluster_cidr.clone(),
             ..rudder_controllers::Options::default()
         };
@@ -236,6 +277,24 @@ mod tests {
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
         prepare_data_dir(&shared).expect("left alone");
         assert_eq!(mode(&shared), 0o1777);
+    }
+
+    #[test]
+    fn signing_durations_are_read_as_go_writes_them() {
+        let hours = |h: u64| std::time::Duration::from_secs(h * 3600);
+        assert_eq!(parse(&[]).cluster_signing_duration, hours(8760));
+        assert_eq!(parse_duration("8760h0m0s"), Ok(hours(8760)));
+        assert_eq!(
+            parse_duration("1h30m"),
+            Ok(std::time::Duration::from_secs(5400))
+        );
+        assert_eq!(
+            parse_duration("1.5h"),
+            Ok(std::time::Duration::from_secs(5400))
+        );
+        for bad in ["", "10", "3d", "h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
