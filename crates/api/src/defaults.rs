@@ -167,6 +167,40 @@ pub(crate) fn stateful_set(object: &mut Value) {
         set_default(object, &pointer, json!("Retain"));
     }
     template(object, "/spec/template");
+    if let Some(claims) = object
+        .pointer_mut("/spec/volumeClaimTemplates")
+        .and_then(Value::as_array_mut)
+    {
+        claims.iter_mut().for_each(persistent_volume_claim);
+    }
+}
+
+/// `SetDefaults_PersistentVolumeClaim`: a filesystem volume, Pending.
+pub(crate) fn persistent_volume_claim(object: &mut Value) {
+    if object.get("spec").is_some() {
+        set_default(object, "/spec/volumeMode", json!("Filesystem"));
+    }
+    set_default(object, "/status/phase", json!("Pending"));
+}
+
+/// `SetDefaults_PersistentVolume`: retained, a filesystem, Pending.
+pub(crate) fn persistent_volume(object: &mut Value) {
+    if object.get("spec").is_some() {
+        set_default(
+            object,
+            "/spec/persistentVolumeReclaimPolicy",
+            json!("Retain"),
+        );
+        set_default(object, "/spec/volumeMode", json!("Filesystem"));
+    }
+    set_default(object, "/status/phase", json!("Pending"));
+}
+
+/// `SetDefaults_StorageClass`: volumes deleted with their claims, bound
+/// at once.
+pub(crate) fn storage_class(object: &mut Value) {
+    set_default(object, "/reclaimPolicy", json!("Delete"));
+    set_default(object, "/volumeBindingMode", json!("Immediate"));
 }
 
 pub(crate) fn daemon_set(object: &mut Value) {

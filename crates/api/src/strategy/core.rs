@@ -72,6 +72,7 @@ pub static NODE: Strategy = Strategy {
 };
 
 pub static PERSISTENT_VOLUME_CLAIM: Strategy = Strategy {
+    defaults: defaults::persistent_volume_claim,
     validate: kinds::persistent_volume_claim,
     update_rules: Some(update::persistent_volume_claim),
     printer: Some(print::persistent_volume_claim),
@@ -80,6 +81,7 @@ pub static PERSISTENT_VOLUME_CLAIM: Strategy = Strategy {
 };
 
 pub static PERSISTENT_VOLUME: Strategy = Strategy {
+    defaults: defaults::persistent_volume,
     validate: kinds::persistent_volume,
     update_rules: Some(update::persistent_volume),
     printer: Some(print::persistent_volume),

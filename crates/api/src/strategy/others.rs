@@ -6,7 +6,7 @@
 use super::{GENERIC, Strategy};
 use crate::table::{cluster as print, core as print_core, workloads as print_workloads};
 use crate::validation::{NameRule, kinds};
-use crate::{certificates, update};
+use crate::{certificates, defaults, update};
 
 pub static HORIZONTAL_POD_AUTOSCALER: Strategy = Strategy {
     validate: kinds::autoscaler,
@@ -109,6 +109,7 @@ pub static CSI_STORAGE_CAPACITY: Strategy = Strategy {
 };
 
 pub static STORAGE_CLASS: Strategy = Strategy {
+    defaults: defaults::storage_class,
     validate: kinds::storage_class,
     update_rules: Some(update::storage_class),
     printer: Some(print::storage_class),

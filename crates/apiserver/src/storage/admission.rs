@@ -81,6 +81,40 @@ fn forbidden(def: &ResourceDef, object: &Value, why: &str) -> Status {
 }
 
 impl Storage<'_> {
+    /// What mutating admission needs for a client's create of `object`.
+    pub(super) async fn mutations(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        object: &Value,
+        options: &WriteOptions,
+    ) -> Result<Mutations, Status> {
+        let ranges = self.limit_ranges(def, namespace, true, options).await?;
+        let default_class = if options.admit && wants_default_class(def, object) {
+            let classes = self
+                .state
+                .registry()
+                .get("storage.k8s.io", "v1", "storageclasses")
+                .cloned();
+            match classes {
+                Some(classes) => {
+                    let all = Selectors::parse(&classes, "", "")?;
+                    let listed = self
+                        .list(&classes, None, &all, &ListRequest::default())
+                        .await?;
+                    default_class(&listed.items)
+                }
+                None => None,
+            }
+        } else {
+            None
+        };
+        Ok(Mutations {
+            ranges,
+            default_class,
+        })
+    }
+
     /// The objects of the built-in core resource `resource` in `namespace`.
     async fn in_namespace(
         &self,
@@ -300,12 +334,73 @@ fn check_request(
     Ok(charged)
 }
 
-/// Fills a new pod's container defaults from `ranges` (LimitRanger's
-/// mutation), before the pod is validated.
-pub(super) fn default_pod(def: &ResourceDef, ranges: &[Value], object: &mut Value) {
-    if !ranges.is_empty() && def.plural == "pods" {
-        limitrange::default_pod(ranges, object);
+/// What mutating admission reads from the store for a create: the
+/// namespace's LimitRanges, and for a claim naming no class, the default
+/// StorageClass.
+#[derive(Debug, Default)]
+pub(super) struct Mutations {
+    pub ranges: Vec<Value>,
+    default_class: Option<String>,
+}
+
+impl Mutations {
+    /// Fills a new pod's container defaults from the LimitRanges
+    /// (LimitRanger), a new claim's class (DefaultStorageClass) — before the
+    /// object is validated.
+    pub fn apply(&self, def: &ResourceDef, object: &mut Value) {
+        if !self.ranges.is_empty() && def.plural == "pods" {
+            limitrange::default_pod(&self.ranges, object);
+        }
+        if let Some(class) = &self.default_class
+            && object.get("spec").is_some_and(Value::is_object)
+        {
+            object["spec"]["storageClassName"] = Value::String(class.clone());
+        }
     }
+}
+
+/// Whether a new claim asks for the default class: it names none, not
+/// even "" (upstream's DefaultStorageClass admission).
+fn wants_default_class(def: &ResourceDef, object: &Value) -> bool {
+    def.group.is_empty()
+        && def.plural == "persistentvolumeclaims"
+        && object
+            .pointer("/spec/storageClassName")
+            .is_none_or(Value::is_null)
+        && object
+            .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+            .is_none()
+}
+
+/// The default StorageClass: annotated as the default, the newest when
+/// several are (upstream's `GetDefaultClass`).
+fn default_class(classes: &[Value]) -> Option<String> {
+    let is_default = |c: &Value| {
+        [
+            "storageclass.kubernetes.io~1is-default-class",
+            "storageclass.beta.kubernetes.io~1is-default-class",
+        ]
+        .iter()
+        .any(|a| {
+            c.pointer(&format!("/metadata/annotations/{a}"))
+                .and_then(Value::as_str)
+                == Some("true")
+        })
+    };
+    let field = |c: &Value, f: &str| {
+        c.pointer(&format!("/metadata/{f}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    classes
+        .iter()
+        .filter(|c| is_default(c))
+        .max_by(|a, b| {
+            (field(a, "creationTimestamp"), field(b, "name"))
+                .cmp(&(field(b, "creationTimestamp"), field(a, "name")))
+        })
+        .map(|c| field(c, "name"))
 }
 
 #[cfg(test)]
@@ -329,6 +424,21 @@ mod tests {
         json!({"metadata": {"name": "p"}, "spec": {"containers": [
             {"name": "c", "resources": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}
         ]}})
+    }
+
+    #[test]
+    fn the_default_class_is_the_newest_annotated_one() {
+        let class = |name: &str, at: &str, default: bool| {
+            json!({"metadata": {"name": name, "creationTimestamp": at, "annotations":
+                if default { json!({"storageclass.kubernetes.io/is-default-class": "true"}) } else { json!({}) }}})
+        };
+        let classes = [
+            class("old", "2026-01-01T00:00:00Z", true),
+            class("new", "2026-02-01T00:00:00Z", true),
+            class("newest-not-default", "2026-03-01T00:00:00Z", false),
+        ];
+        assert_eq!(default_class(&classes).as_deref(), Some("new"));
+        assert_eq!(default_class(&classes[2..]), None);
     }
 
     #[test]

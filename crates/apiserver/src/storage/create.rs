@@ -9,8 +9,7 @@ use rudder_api::{ResourceDef, Status};
 use serde_json::Value;
 
 use super::{
-    Storage, WriteOptions, admission, name_of, name_suffix, services, set_resource_version, stored,
-    uid,
+    Storage, WriteOptions, name_of, name_suffix, services, set_resource_version, stored, uid,
 };
 use crate::response::store_error;
 
@@ -30,7 +29,7 @@ impl Storage<'_> {
             ));
         }
         self.check_namespace(def, namespace, Some(&object)).await?;
-        let ranges = self.limit_ranges(def, namespace, true, options).await?;
+        let mutations = self.mutations(def, namespace, &object, options).await?;
         let (now, uid, suffix) = (self.now_rfc3339(), uid(), name_suffix());
         object::prepare_create_admitted(
             def,
@@ -41,9 +40,9 @@ impl Storage<'_> {
                 uid: &uid,
                 suffix: &suffix,
             },
-            |object| admission::default_pod(def, &ranges, object),
+            |object| mutations.apply(def, object),
         )?;
-        self.check_limits(def, &ranges, &object)?;
+        self.check_limits(def, &mutations.ranges, &object)?;
         self.admit_quota(def, namespace, &object, None, options)
             .await?;
         self.record_managed(def, Part::Main, None, &mut object, options);
