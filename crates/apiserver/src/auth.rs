@@ -8,7 +8,9 @@
 //! — `system:kube-controller-manager`, `system:kube-scheduler` and the node
 //! agents (`system:nodes`) — may do everything, as `system:masters` may:
 //! upstream's bootstrap roles and node authorizer grant them a narrower,
-//! per-component set.
+//! per-component set. Bootstrappers (`system:bootstrappers`) may ask for
+//! and read CertificateSigningRequests, as upstream's
+//! `system:node-bootstrapper` role lets them.
 
 use rudder_api::Status;
 
@@ -77,6 +79,10 @@ pub fn authorize(user: &User, path: &str, verb: &str) -> Result<(), Status> {
     if under(PUBLIC_PATHS) && verb == "get" {
         return Ok(());
     }
+    let bootstrapper = user.groups.iter().any(|g| g == "system:bootstrappers");
+    if bootstrapper && is_csr_path(path) && matches!(verb, "create" | "get" | "list" | "watch") {
+        return Ok(());
+    }
     let authenticated = user.groups.iter().any(|g| g == "system:authenticated");
     if authenticated && verb == "get" && under(DISCOVERY_PATHS) && !crate::path::is_resource(path) {
         return Ok(());
@@ -85,6 +91,17 @@ pub fn authorize(user: &User, path: &str, verb: &str) -> Result<(), Status> {
         "forbidden: User {:?} cannot {verb} path {path:?}",
         user.name
     )))
+}
+
+/// A URL of CertificateSigningRequests themselves (not a subresource).
+fn is_csr_path(path: &str) -> bool {
+    const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    path.strip_prefix(CSRS).is_some_and(|rest| {
+        rest.is_empty()
+            || rest
+                .strip_prefix('/')
+                .is_some_and(|name| !name.is_empty() && !name.contains('/'))
+    })
 }
 
 #[cfg(test)]
@@ -120,5 +137,22 @@ mod tests {
         assert!(authorize(&someone, "/api/v1", "get").is_ok(), "discovery");
         assert!(authorize(&someone, "/api/v1/pods", "list").is_err());
         assert!(authorize(&someone, "/api/v1/namespaces/default/pods/p", "get").is_err());
+        let bootstrapper = User {
+            name: "system:bootstrap:abcdef".into(),
+            groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
+        };
+        let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+        assert!(authorize(&bootstrapper, csrs, "create").is_ok());
+        assert!(authorize(&bootstrapper, &format!("{csrs}/node-csr-1"), "get").is_ok());
+        assert!(
+            authorize(
+                &bootstrapper,
+                &format!("{csrs}/node-csr-1/approval"),
+                "update"
+            )
+            .is_err()
+        );
+        assert!(authorize(&bootstrapper, &format!("{csrs}/node-csr-1"), "delete").is_err());
+        assert!(authorize(&bootstrapper, "/api/v1/pods", "list").is_err());
     }
 }

@@ -202,6 +202,45 @@ async fn a_node_gets_its_own_client_certificate_approved_and_issued() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrapper_gets_a_node_its_first_client_certificate() {
+    let c = cluster().await;
+    let bootstrapper = c.plane.client(&Identity {
+        user: "system:bootstrap:abcdef".into(),
+        groups: vec![
+            "system:bootstrappers".into(),
+            "system:bootstrappers:kubeadm:default-node-token".into(),
+        ],
+        agent: "kubelet".into(),
+    });
+    let pem = request_pem("system:node:n3", Some("system:nodes"));
+    create(
+        &bootstrapper,
+        "node-csr-first",
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        &pem,
+        &["digital signature", "client auth"],
+        json!({}),
+    )
+    .await
+    .expect("a bootstrapper may ask");
+    let mine: Api<CertificateSigningRequest> = Api::all(bootstrapper);
+    let pem = issued(&mine, "node-csr-first").await;
+    assert_eq!(
+        read_certificate(&pem).0,
+        "CN=system:node:n3, O=system:nodes"
+    );
+    let approved = mine.get("node-csr-first").await.expect("get");
+    assert_eq!(
+        conditions(&approved)[0].2,
+        "Auto approving kubelet client certificate after SubjectAccessReview."
+    );
+    assert_eq!(
+        approved.spec.username.as_deref(),
+        Some("system:bootstrap:abcdef")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_its_signer_refuses_is_marked_failed() {
     let c = cluster().await;
     let api: Api<CertificateSigningRequest> = Api::all(c.admin.clone());

@@ -60,13 +60,17 @@ fn csr(signer: &str, pem: &str, usages: &[&str]) -> CertificateSigningRequest {
     }
 }
 
-fn approved(mut csr: CertificateSigningRequest) -> CertificateSigningRequest {
-    let now = SystemTime::now();
-    csr.status = Some(CertificateSigningRequestStatus {
-        conditions: Some(vec![condition("Approved", "R", "", now)]),
-        ..Default::default()
-    });
+fn with_condition(mut csr: CertificateSigningRequest, type_: &str) -> CertificateSigningRequest {
+    csr.status
+        .get_or_insert_with(CertificateSigningRequestStatus::default)
+        .conditions
+        .get_or_insert_with(Vec::new)
+        .push(condition(type_, "R", "", SystemTime::now()));
     csr
+}
+
+fn approved(csr: CertificateSigningRequest) -> CertificateSigningRequest {
+    with_condition(csr, "Approved")
 }
 
 fn usages(list: &[&str]) -> Vec<String> {
@@ -87,25 +91,9 @@ fn only_approved_unfailed_requests_for_our_signers_are_signed() {
     let pending = csr(KUBE_APISERVER_CLIENT, &pem, &["client auth"]);
     assert!(!wants_signing(&pending), "not approved");
     assert!(wants_signing(&approved(pending.clone())));
-    let mut denied = approved(pending.clone());
-    if let Some(s) = denied.status.as_mut() {
-        s.conditions.get_or_insert_with(Vec::new).push(condition(
-            "Denied",
-            "R",
-            "",
-            SystemTime::now(),
-        ));
-    }
+    let denied = with_condition(approved(pending.clone()), "Denied");
     assert!(!wants_signing(&denied));
-    let mut failed = approved(pending.clone());
-    if let Some(s) = failed.status.as_mut() {
-        s.conditions.get_or_insert_with(Vec::new).push(condition(
-            "Failed",
-            "R",
-            "",
-            SystemTime::now(),
-        ));
-    }
+    let failed = with_condition(approved(pending.clone()), "Failed");
     assert!(!wants_signing(&failed));
     for other in [
         "kubernetes.io/legacy-unknown",
