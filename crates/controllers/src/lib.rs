@@ -76,6 +76,14 @@ pub struct Options {
     pub replicaset_workers: usize,
     /// Deployments synced at once (`--concurrent-deployment-syncs`).
     pub deployment_workers: usize,
+    /// How often node health is looked at (`--node-monitor-period`).
+    pub node_monitor_period: Duration,
+    /// How long a node may go unheard before it is NotReady/Unknown
+    /// (`--node-monitor-grace-period`).
+    pub node_monitor_grace_period: Duration,
+    /// The same for a node that never reported
+    /// (`--node-startup-grace-period`).
+    pub node_startup_grace_period: Duration,
     /// The CIDR node pod ranges are cut from (`--cluster-cidr`).
     pub cluster_cidr: String,
     /// The size of each Node's range (`--node-cidr-mask-size`).
@@ -129,6 +137,9 @@ impl Default for Options {
             statefulset_workers: 5,
             daemonset_workers: 2,
             disruption_workers: 2,
+            node_monitor_period: nodelifecycle::MONITOR_PERIOD,
+            node_monitor_grace_period: nodelifecycle::GRACE_PERIOD,
+            node_startup_grace_period: nodelifecycle::STARTUP_GRACE_PERIOD,
             cluster_cidr: "10.42.0.0/16".into(),
             node_cidr_mask: 24,
             endpoint_workers: 5,
@@ -215,12 +226,14 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
     ("persistentvolume-binder-controller", |ctx, stop| {
         Box::pin(volume::run(ctx, stop))
     }),
-    ("certificatesigningrequest-signing-controller", |ctx, stop| {
-        Box::pin(certificates::run_signer(ctx, stop))
-    }),
-    ("certificatesigningrequest-approving-controller", |ctx, stop| {
-        Box::pin(certificates::run_approver(ctx, stop))
-    }),
+    (
+        "certificatesigningrequest-signing-controller",
+        |ctx, stop| Box::pin(certificates::run_signer(ctx, stop)),
+    ),
+    (
+        "certificatesigningrequest-approving-controller",
+        |ctx, stop| Box::pin(certificates::run_approver(ctx, stop)),
+    ),
 ];
 
 /// The controller manager.

@@ -33,12 +33,13 @@ use crate::Context;
 use crate::deployment::util::time;
 use crate::is_status;
 
-/// How often nodes are looked at (`--node-monitor-period`).
+/// How often nodes are looked at: the default of `--node-monitor-period`.
 pub const MONITOR_PERIOD: Duration = Duration::from_secs(5);
-/// How long a node may go without a heartbeat
-/// (`--node-monitor-grace-period`, 50 s since 1.32).
+/// How long a node may go without a heartbeat: the default of
+/// `--node-monitor-grace-period` (50 s since 1.32).
 pub const GRACE_PERIOD: Duration = Duration::from_secs(50);
-/// The same for a node that never reported (`--node-startup-grace-period`).
+/// The same for a node that never reported: the default of
+/// `--node-startup-grace-period`.
 pub const STARTUP_GRACE_PERIOD: Duration = Duration::from_secs(60);
 
 const NOT_READY: &str = "node.kubernetes.io/not-ready";
@@ -163,7 +164,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            () = ctx.clock.sleep(MONITOR_PERIOD) => {}
+            () = ctx.clock.sleep(ctx.options.node_monitor_period) => {}
         }
         let now = ctx.clock.now();
         for node in nodes.store().list() {
@@ -189,9 +190,9 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                 *entry = (heartbeat, now);
             }
             let grace = if condition(&node, "Ready").is_some() {
-                GRACE_PERIOD
+                ctx.options.node_monitor_grace_period
             } else {
-                STARTUP_GRACE_PERIOD
+                ctx.options.node_startup_grace_period
             };
             let silent = now.duration_since(entry.1).unwrap_or_default() > grace;
             let outcome = async {

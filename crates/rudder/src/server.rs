@@ -59,6 +59,19 @@ pub struct ServerArgs {
     #[arg(long, default_value = "10.42.0.0/16")]
     pub cluster_cidr: String,
 
+    /// How often the node lifecycle controller looks at node health.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub node_monitor_period: std::time::Duration,
+
+    /// How long a node may go without a heartbeat before it is marked
+    /// unready (its pods then evicted after their tolerations).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: std::time::Duration,
+
+    /// The same for a node that has never reported.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub node_startup_grace_period: std::time::Duration,
+
     /// The longest certificate the CertificateSigningRequest signer issues
     /// from the cluster CA, as Go writes durations (`8760h`, `90m`).
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
@@ -202,6 +215,9 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             cluster_signing_duration: args.cluster_signing_duration,
             root_ca: Some(root_ca),
             cluster_cidr: args.cluster_cidr.clone(),
+            node_monitor_period: args.node_monitor_period,
+            node_monitor_grace_period: args.node_monitor_grace_period,
+            node_startup_grace_period: args.node_startup_grace_period,
             ..rudder_controllers::Options::default()
         };
         let manager = rudder_controllers::ControllerManager::new(client, options);
