@@ -193,13 +193,13 @@ fn pod_frees(old: &Pod, new: &Pod) -> bool {
 impl Controller {
     /// Enqueues the quotas of a namespace whenever `informer` deletes one
     /// of its objects, or `frees(old, new)` says an update freed quota.
-    async fn replenish_on<K: Object>(
+    async fn replenish_on<K>(
         &self,
         informer: &rudder_runtime::Informer<K>,
         stop: &CancellationToken,
         frees: fn(&K, &K) -> bool,
     ) where
-        K: kube::Resource,
+        K: Object + kube::Resource,
     {
         let mut changes = informer.subscribe();
         while let Some(change) = changes.next_until(stop).await {
