@@ -165,6 +165,7 @@ async fn discovery_lists_only_served_subresources() {
         "attach",
         "portforward",
         "proxy",
+        "approval",
     ];
     let mut paths = vec!["/api/v1".to_string()];
     let groups: serde_json::Value = serde_json::from_str(

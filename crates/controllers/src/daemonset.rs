@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use rudder_runtime::controller::Action;
 use rudder_runtime::events::reference_to;
 use rudder_runtime::expectations::Seen;
@@ -339,16 +339,31 @@ impl Controller {
         let namespace = set.metadata.namespace.clone().unwrap_or_default();
         let name = format!("{}-{hash}", set.name_any());
         let uid = set.metadata.uid.clone().unwrap_or_default();
-        if self.revisions.get_in(Some(&namespace), &name).is_some() {
+        let owned = self.revisions.by_index(OWNER_INDEX, &uid);
+        if let Some(current) = self.revisions.get_in(Some(&namespace), &name) {
+            // A template brought back (a rollback) is the newest revision
+            // again: its ControllerRevision is renumbered past the others,
+            // as upstream's `constructHistory` does.
+            let newest_other = owned
+                .iter()
+                .filter(|r| r.metadata.uid != current.metadata.uid)
+                .map(|r| r.revision)
+                .max()
+                .unwrap_or(0);
+            if current.revision <= newest_other {
+                let patch = json!({"revision": newest_other + 1});
+                match Api::<ControllerRevision>::namespaced(self.ctx.client.clone(), &namespace)
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if is_status(&e, 404) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             return Ok(hash);
         }
-        let newest = self
-            .revisions
-            .by_index(OWNER_INDEX, &uid)
-            .iter()
-            .map(|r| r.revision)
-            .max()
-            .unwrap_or(0);
+        let newest = owned.iter().map(|r| r.revision).max().unwrap_or(0);
         let mut data = serde_json::to_value(&template).unwrap_or_default();
         data["$patch"] = json!("replace");
         let mut revision = ControllerRevision {

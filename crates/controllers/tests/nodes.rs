@@ -155,6 +155,26 @@ async fn a_daemonset_runs_one_pod_per_fitting_node_and_rolls_out() {
             })
     })
     .await;
+    // Back to the first image: its ControllerRevision is renumbered to be
+    // the newest (3), as upstream's rollback does, and no new one is made.
+    api.patch("agent", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}}})))
+        .await
+        .expect("old image");
+    let revisions: Api<k8s_openapi::api::apps::v1::ControllerRevision> =
+        Api::namespaced(c.admin.clone(), "default");
+    until("the first revision renumbered", || async {
+        let mut numbers: Vec<i64> = revisions
+            .list(&ListParams::default().labels("app=agent"))
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .map(|r| r.revision)
+            .collect();
+        numbers.sort();
+        numbers == [2, 3]
+    })
+    .await;
     // A third node that fits gets one too.
     add_node(&c.admin, "n4").await;
     until("three pods", || async { live().await.len() == 3 }).await;

@@ -163,6 +163,12 @@ fn every_installed_kubectl_works() {
                     "create rolebinding trb --role=tr --serviceaccount=default:tsa",
                     "rolebinding.rbac.authorization.k8s.io/trb created",
                 ),
+                // Before the quota: a pod naming no cpu request is refused
+                // under a quota counting cpu, as upstream.
+                (
+                    "run tpod --image=registry.local/t:1 --restart=Never",
+                    "pod/tpod created",
+                ),
                 (
                     "create quota tq --hard=pods=10,cpu=4",
                     "resourcequota/tq created",
@@ -170,10 +176,6 @@ fn every_installed_kubectl_works() {
                 (
                     "create pdb tp --selector=app=t --min-available=1",
                     "poddisruptionbudget.policy/tp created",
-                ),
-                (
-                    "run tpod --image=registry.local/t:1 --restart=Never",
-                    "pod/tpod created",
                 ),
                 (
                     "autoscale deployment typed --min=1 --max=3 --cpu-percent=80",
