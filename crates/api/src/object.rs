@@ -230,6 +230,7 @@ pub fn prepare_create_admitted(
         meta.remove("generation");
     }
     if has_status_subresource(def)
+        && !def.strategy.keeps_status_on_create
         && let Some(root) = object.as_object_mut()
     {
         root.remove("status");
@@ -377,6 +378,31 @@ pub fn prepare_update(
         }
     }
     match part {
+        // A binding also sets the pod's PodScheduled condition (upstream's
+        // `setPodNodeNameAndAnnotations`): that one condition is taken.
+        Part::Binding if has_status_subresource(def) => {
+            let scheduled = new
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c["type"] == "PodScheduled"))
+                .cloned();
+            copy_field(new, old, "status");
+            if let Some(scheduled) = scheduled {
+                let status = &mut new["status"];
+                if !status.is_object() {
+                    *status = json!({});
+                }
+                let conditions = &mut status["conditions"];
+                if !conditions.is_array() {
+                    *conditions = json!([]);
+                }
+                let list = conditions.as_array_mut().expect("array");
+                match list.iter_mut().find(|c| c["type"] == "PodScheduled") {
+                    Some(existing) => *existing = scheduled,
+                    None => list.push(scheduled),
+                }
+            }
+        }
         Part::Main | Part::Binding | Part::Finalize if has_status_subresource(def) => {
             copy_field(new, old, "status")
         }
@@ -407,7 +433,14 @@ pub fn prepare_update(
             *new = kept;
         }
     }
-    if tracks_generation(new) && spec_changed(new, old) {
+    // A Deployment counts annotation changes too: they are copied to its
+    // ReplicaSets (upstream's deployment strategy).
+    let annotations_count = part == Part::Main && def.group == "apps" && def.kind == "Deployment";
+    let annotations_changed =
+        || new.pointer("/metadata/annotations") != old.pointer("/metadata/annotations");
+    if tracks_generation(new)
+        && (spec_changed(new, old) || (annotations_count && annotations_changed()))
+    {
         let generation = old_meta
             .get("generation")
             .and_then(Value::as_i64)
@@ -698,6 +731,12 @@ mod tests {
         scaled["spec"]["replicas"] = json!(5);
         prepare_update(def, &mut scaled, &old, Part::Main).expect("valid");
         assert_eq!(scaled["metadata"]["generation"], 2);
+
+        // A Deployment's annotations count, as upstream's strategy says.
+        let mut annotated = old.clone();
+        annotated["metadata"]["annotations"] = json!({"note": "copied to replica sets"});
+        prepare_update(def, &mut annotated, &old, Part::Main).expect("valid");
+        assert_eq!(annotated["metadata"]["generation"], 2);
 
         let mut status = old.clone();
         status["spec"]["replicas"] = json!(9);

@@ -160,6 +160,7 @@ impl Server {
         };
         let storage = state.storage();
         storage.bootstrap_namespaces().await?;
+        storage.bootstrap_priority_classes().await?;
         crate::storage::services::bootstrap(&storage, advertise, port).await?;
         crd::start(state.clone(), base).await?;
         tasks.spawn(repair_allocations(state.clone(), cancel.clone()));

@@ -155,13 +155,7 @@ impl Default for Options {
     }
 }
 
-/// Upstream's leader identity: `<hostname>_<uuid>`.
-pub fn identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "rudder".into());
-    format!("{host}_{}", uuid::Uuid::new_v4())
-}
+pub use rudder_runtime::identity;
 
 /// A controller: started with the shared context, running until its token
 /// is cancelled.

@@ -55,6 +55,11 @@ pub struct ServerArgs {
     #[arg(long)]
     pub disable_controllers: bool,
 
+    /// Run no scheduler: pods stay Pending unless something else binds
+    /// them.
+    #[arg(long)]
+    pub disable_scheduler: bool,
+
     /// The CIDR every Node's pod range (`spec.podCIDR`, a /24) is cut from.
     #[arg(long, default_value = "10.42.0.0/16")]
     pub cluster_cidr: String,
@@ -224,6 +229,16 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         let stop = cancel.clone();
         tasks.spawn(async move {
             manager.run(stop).await;
+            Ok(())
+        });
+    }
+    if !args.disable_scheduler {
+        let client = server.client(&Identity::scheduler());
+        let scheduler =
+            rudder_scheduler::Scheduler::new(client, rudder_scheduler::Options::default());
+        let stop = cancel.clone();
+        tasks.spawn(async move {
+            scheduler.run(stop).await;
             Ok(())
         });
     }

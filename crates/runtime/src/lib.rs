@@ -37,5 +37,5 @@ pub use controller::{Action, run_workers};
 pub use events::{EventType, Recorder};
 pub use expectations::{Expectations, Seen};
 pub use informer::{Change, Informer, Informers, Store, Subscription};
-pub use leader::{LeaderElector, LeaseConfig};
+pub use leader::{LeaderElector, LeaseConfig, identity};
 pub use queue::{RateLimiter, WorkQueue};

@@ -65,6 +65,7 @@ pub static NAMESPACE: Strategy = Strategy {
 };
 
 pub static NODE: Strategy = Strategy {
+    keeps_status_on_create: true,
     update_rules: Some(update::node),
     printer: Some(print::node),
     field_selectors: &["spec.unschedulable"],

@@ -75,6 +75,10 @@ pub struct Strategy {
     /// Records who creates an object, given the user's name and groups
     /// (upstream's `PrepareForCreate` reading the request's user).
     pub requester: Option<fn(&mut Value, &str, &[String])>,
+    /// Whether a create keeps the status it is given although the status
+    /// subresource owns it: a Node, which its kubelet registers with its
+    /// capacity and conditions (upstream's node strategy does not reset it).
+    pub keeps_status_on_create: bool,
 }
 
 /// See [`Strategy::subresource_update`].
@@ -115,6 +119,7 @@ pub const GENERIC: Strategy = Strategy {
     kept_on_update: &[],
     subresource_update: None,
     requester: None,
+    keeps_status_on_create: false,
 };
 
 fn nothing(_: &mut Value) {}

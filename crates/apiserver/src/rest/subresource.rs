@@ -262,6 +262,7 @@ async fn bind_pod(ctx: &Context, pod: &str, binding: &Value) -> ApiResult {
         .into());
     }
     let write = ctx.write_options(false)?;
+    let now = ctx.state.clock.now_rfc3339();
     ctx.state
         .storage()
         .update(&pods, ctx.namespace(), pod, Part::Binding, &write, |old| {
@@ -291,6 +292,21 @@ async fn bind_pod(ctx: &Context, pod: &str, binding: &Value) -> ApiResult {
             if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.remove("resourceVersion");
             }
+            // PodScheduled=True, its transition time kept if it was True.
+            let previous = old
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c["type"] == "PodScheduled"));
+            let transition = match previous {
+                Some(c) if c["status"] == "True" => c["lastTransitionTime"].clone(),
+                _ => json!(now),
+            };
+            new["status"]["conditions"] = json!([{
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": null,
+                "lastTransitionTime": transition,
+            }]);
             Ok(new)
         })
         .await?;

@@ -109,10 +109,100 @@ impl Storage<'_> {
         } else {
             None
         };
+        let priority = if options.admit && def.group.is_empty() && def.plural == "pods" {
+            Some(self.pod_priority(def, object).await?)
+        } else {
+            None
+        };
         Ok(Mutations {
             ranges,
             default_class,
+            priority,
         })
+    }
+
+    /// Upstream's Priority admission: a pod's `priorityClassName` (or the
+    /// global default class) gives its `priority` and `preemptionPolicy`; a
+    /// class that does not exist, or a priority the pod sets itself that
+    /// differs, is a 403.
+    async fn pod_priority(
+        &self,
+        def: &ResourceDef,
+        pod: &Value,
+    ) -> Result<(Option<String>, i64, String), Status> {
+        let Some(classes_def) = self
+            .state
+            .registry()
+            .get("scheduling.k8s.io", "v1", "priorityclasses")
+            .cloned()
+        else {
+            return Ok((None, 0, "PreemptLowerPriority".into()));
+        };
+        let named = pod
+            .pointer("/spec/priorityClassName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty());
+        let class = match named {
+            Some(name) => match self.get(&classes_def, None, name).await {
+                Ok(found) => Some(found.object),
+                Err(status) if status.code == 404 => {
+                    return Err(forbidden(
+                        def,
+                        pod,
+                        &format!("no PriorityClass with name {name} was found"),
+                    ));
+                }
+                Err(status) => return Err(status),
+            },
+            None => {
+                let all = Selectors::parse(&classes_def, "", "")?;
+                let listed = self
+                    .list(&classes_def, None, &all, &ListRequest::default())
+                    .await?;
+                global_default(&listed.items)
+            }
+        };
+        let value = class
+            .as_ref()
+            .and_then(|c| c.get("value"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let policy = class
+            .as_ref()
+            .and_then(|c| c.get("preemptionPolicy"))
+            .and_then(Value::as_str)
+            .unwrap_or("PreemptLowerPriority")
+            .to_string();
+        if let Some(given) = pod.pointer("/spec/priority").and_then(Value::as_i64)
+            && given != value
+        {
+            return Err(forbidden(
+                def,
+                pod,
+                &format!(
+                    "the integer value of priority ({given}) must not be provided in pod spec; priority admission controller computed {value} from the given PriorityClass name"
+                ),
+            ));
+        }
+        if let Some(given) = pod
+            .pointer("/spec/preemptionPolicy")
+            .and_then(Value::as_str)
+            && given != policy
+        {
+            return Err(forbidden(
+                def,
+                pod,
+                &format!(
+                    "the string value of PreemptionPolicy ({given}) must not be provided in pod spec; priority admission controller computed {policy} from the given PriorityClass name"
+                ),
+            ));
+        }
+        let name = class
+            .as_ref()
+            .and_then(|c| c.pointer("/metadata/name"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        Ok((name, value, policy))
     }
 
     /// The objects of the built-in core resource `resource` in `namespace`.
@@ -341,6 +431,8 @@ fn check_request(
 pub(super) struct Mutations {
     pub ranges: Vec<Value>,
     default_class: Option<String>,
+    /// A new pod's priority: its class's name, value and preemption policy.
+    priority: Option<(Option<String>, i64, String)>,
 }
 
 impl Mutations {
@@ -350,6 +442,15 @@ impl Mutations {
     pub fn apply(&self, def: &ResourceDef, object: &mut Value) {
         if !self.ranges.is_empty() && def.plural == "pods" {
             limitrange::default_pod(&self.ranges, object);
+        }
+        if let Some((class, value, policy)) = &self.priority
+            && object.get("spec").is_some_and(Value::is_object)
+        {
+            if let Some(class) = class {
+                object["spec"]["priorityClassName"] = Value::String(class.clone());
+            }
+            object["spec"]["priority"] = Value::from(*value);
+            object["spec"]["preemptionPolicy"] = Value::String(policy.clone());
         }
         if let Some(class) = &self.default_class
             && object.get("spec").is_some_and(Value::is_object)
@@ -370,6 +471,16 @@ fn wants_default_class(def: &ResourceDef, object: &Value) -> bool {
         && object
             .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
             .is_none()
+}
+
+/// The PriorityClass marked `globalDefault` (the lowest value if several
+/// are, as upstream).
+fn global_default(classes: &[Value]) -> Option<Value> {
+    classes
+        .iter()
+        .filter(|c| c.get("globalDefault").and_then(Value::as_bool) == Some(true))
+        .min_by_key(|c| c.get("value").and_then(Value::as_i64).unwrap_or(0))
+        .cloned()
 }
 
 /// The default StorageClass: annotated as the default, the newest when

@@ -72,6 +72,39 @@ impl Storage<'_> {
         }
     }
 
+    /// Creates upstream's two system PriorityClasses if absent (its API
+    /// server's bootstrap does the same).
+    pub async fn bootstrap_priority_classes(&self) -> anyhow::Result<()> {
+        for (name, value, description) in [
+            (
+                "system-node-critical",
+                2_000_001_000,
+                "Used for system critical pods that must not be moved from their current node.",
+            ),
+            (
+                "system-cluster-critical",
+                2_000_000_000,
+                "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+            ),
+        ] {
+            let object = json!({
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+                "description": description,
+            });
+            self.ensure(
+                ("scheduling.k8s.io", "v1", "priorityclasses"),
+                None,
+                object,
+                Keep::Existing,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Creates the system namespaces if absent.
     pub async fn bootstrap_namespaces(&self) -> anyhow::Result<()> {
         for name in SYSTEM_NAMESPACES {

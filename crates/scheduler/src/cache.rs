@@ -1,0 +1,325 @@
+//! The scheduler's cache (upstream's `internal/cache`): every node with
+//! the pods bound to it, and the pods the scheduler *assumed* onto a node
+//! at Reserve, so the next cycle counts them before their binding is
+//! observed. An assumption is confirmed when the informer shows the pod
+//! bound, forgotten when binding fails, and expires if, its binding done,
+//! the pod never shows up bound (deleted meanwhile).
+//!
+//! A cycle works on a [`Snapshot`]: the nodes' infos as shared pointers,
+//! copied only when the cache changes one while a snapshot holds it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::framework::{NodeInfo, PodInfo, Snapshot};
+
+/// How long an assumed pod whose binding finished waits to be seen bound.
+pub const ASSUMED_POD_TTL: Duration = Duration::from_secs(30);
+
+#[derive(Debug)]
+struct PodState {
+    node: String,
+    assumed: bool,
+    /// For an assumed pod whose binding finished: when it expires.
+    deadline: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    info: Arc<NodeInfo>,
+    /// Whether the Node object exists (pods may be bound to one that
+    /// does not, yet or any more).
+    present: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Cache {
+    nodes: HashMap<String, Entry>,
+    /// Node names in the order they were added: the order cycles walk.
+    order: Vec<String>,
+    pods: HashMap<String, PodState>,
+    image_nodes: Arc<HashMap<String, usize>>,
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl Cache {
+    pub fn new() -> Self {
+        Cache::default()
+    }
+
+    fn entry(&mut self, name: &str) -> &mut Entry {
+        if !self.nodes.contains_key(name) {
+            let placeholder = Node {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.to_string()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            self.nodes.insert(
+                name.to_string(),
+                Entry {
+                    info: Arc::new(NodeInfo::new(Arc::new(placeholder))),
+                    present: false,
+                },
+            );
+            self.order.push(name.to_string());
+        }
+        self.nodes.get_mut(name).expect("inserted")
+    }
+
+    fn count_images(&mut self, info: &NodeInfo, delta: isize) {
+        if info.images.is_empty() {
+            return;
+        }
+        let counts = Arc::make_mut(&mut self.image_nodes);
+        for image in info.images.keys() {
+            let count = counts.entry(image.clone()).or_default();
+            *count = count.saturating_add_signed(delta);
+            if *count == 0 {
+                counts.remove(image);
+            }
+        }
+    }
+
+    /// A Node added or changed.
+    pub fn set_node(&mut self, node: Arc<Node>) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let was_present = self.nodes.get(&name).is_some_and(|e| e.present);
+        let old = self.entry(&name).info.clone();
+        if was_present {
+            self.count_images(&old, -1);
+        }
+        let fresh = Arc::new(old.with_node(node));
+        self.count_images(&fresh, 1);
+        let entry = self.entry(&name);
+        entry.info = fresh;
+        entry.present = true;
+    }
+
+    /// A Node deleted: its pods stay counted until they go.
+    pub fn remove_node(&mut self, name: &str) {
+        let Some(entry) = self.nodes.get(name) else {
+            return;
+        };
+        let (info, present, empty) = (
+            entry.info.clone(),
+            entry.present,
+            entry.info.pods.is_empty(),
+        );
+        if present {
+            self.count_images(&info, -1);
+        }
+        if empty {
+            self.nodes.remove(name);
+            self.order.retain(|n| n != name);
+        } else if let Some(entry) = self.nodes.get_mut(name) {
+            entry.present = false;
+        }
+    }
+
+    fn add_to_node(&mut self, node: &str, pod: Arc<PodInfo>) {
+        let entry = self.entry(node);
+        Arc::make_mut(&mut entry.info).add_pod(pod);
+    }
+
+    fn remove_from_node(&mut self, node: &str, key: &str) {
+        let Some(entry) = self.nodes.get_mut(node) else {
+            return;
+        };
+        Arc::make_mut(&mut entry.info).remove_pod(key);
+        if !entry.present && entry.info.pods.is_empty() {
+            self.nodes.remove(node);
+            self.order.retain(|n| n != node);
+        }
+    }
+
+    /// Counts `pod` on `node` before it is bound (Reserve).
+    pub fn assume(&mut self, pod: Arc<PodInfo>, node: &str) {
+        let key = pod.key.clone();
+        if let Some(old) = self.pods.remove(&key) {
+            self.remove_from_node(&old.node, &key);
+        }
+        self.add_to_node(node, pod);
+        self.pods.insert(
+            key,
+            PodState {
+                node: node.to_string(),
+                assumed: true,
+                deadline: None,
+            },
+        );
+    }
+
+    /// The assumed pod's binding was sent: it expires if never seen bound.
+    pub fn finish_binding(&mut self, key: &str, now: Instant) {
+        if let Some(state) = self.pods.get_mut(key)
+            && state.assumed
+        {
+            state.deadline = Some(now + ASSUMED_POD_TTL);
+        }
+    }
+
+    /// The binding failed: the assumption is dropped.
+    pub fn forget(&mut self, key: &str) {
+        if let Some(state) = self.pods.get(key)
+            && state.assumed
+        {
+            let node = state.node.clone();
+            self.pods.remove(key);
+            self.remove_from_node(&node, key);
+        }
+    }
+
+    /// A pod bound to a node, as the informer shows it (confirming an
+    /// assumption, or moving the pod where it really is).
+    pub fn set_pod(&mut self, pod: Arc<Pod>) {
+        let Some(node) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty())
+        else {
+            return;
+        };
+        let key = pod_key(&pod);
+        if let Some(old) = self.pods.remove(&key) {
+            self.remove_from_node(&old.node, &key);
+        }
+        self.add_to_node(&node, Arc::new(PodInfo::new(pod)));
+        self.pods.insert(
+            key,
+            PodState {
+                node,
+                assumed: false,
+                deadline: None,
+            },
+        );
+    }
+
+    /// A pod deleted (or finished: it holds nothing any more).
+    pub fn remove_pod(&mut self, pod: &Pod) {
+        let key = pod_key(pod);
+        if let Some(old) = self.pods.remove(&key) {
+            self.remove_from_node(&old.node, &key);
+        }
+    }
+
+    pub fn is_assumed(&self, key: &str) -> bool {
+        self.pods.get(key).is_some_and(|s| s.assumed)
+    }
+
+    /// Drops assumptions whose binding finished long ago and that were
+    /// never confirmed; returns their keys.
+    pub fn expire(&mut self, now: Instant) -> Vec<String> {
+        let expired: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, s)| s.assumed && s.deadline.is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &expired {
+            self.forget(key);
+        }
+        expired
+    }
+
+    /// The nodes that exist, with their pods, for one cycle.
+    pub fn snapshot(&self) -> Snapshot {
+        let nodes = self
+            .order
+            .iter()
+            .filter_map(|name| self.nodes.get(name))
+            .filter(|e| e.present)
+            .map(|e| e.info.clone())
+            .collect();
+        Snapshot::new(nodes).with_images(self.image_nodes.clone())
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.values().filter(|e| e.present).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": "4", "pods": "10"}, "images": [{"names": ["busybox:1"], "sizeBytes": 1000}]},
+            }))
+            .expect("node"),
+        )
+    }
+
+    fn pod(name: &str, node: Option<&str>) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+            }))
+            .expect("pod"),
+        )
+    }
+
+    #[test]
+    fn assumed_pods_count_until_confirmed_or_forgotten() {
+        let mut cache = Cache::new();
+        cache.set_node(node("n1"));
+        let p = Arc::new(PodInfo::new(pod("a", None)));
+        cache.assume(p.clone(), "n1");
+        assert!(cache.is_assumed("default/a"));
+        assert_eq!(
+            cache.snapshot().get("n1").expect("n1").requested.milli_cpu,
+            1000
+        );
+        // Seen bound: confirmed, still counted once.
+        cache.set_pod(pod("a", Some("n1")));
+        assert!(!cache.is_assumed("default/a"));
+        assert_eq!(cache.snapshot().get("n1").expect("n1").pods.len(), 1);
+        // Another assumed then forgotten.
+        cache.assume(Arc::new(PodInfo::new(pod("b", None))), "n1");
+        cache.forget("default/b");
+        assert_eq!(cache.snapshot().get("n1").expect("n1").pods.len(), 1);
+    }
+
+    #[test]
+    fn assumptions_expire_after_their_binding() {
+        let mut cache = Cache::new();
+        cache.set_node(node("n1"));
+        cache.assume(Arc::new(PodInfo::new(pod("a", None))), "n1");
+        let now = Instant::now();
+        cache.finish_binding("default/a", now);
+        assert!(cache.expire(now).is_empty());
+        assert_eq!(cache.expire(now + ASSUMED_POD_TTL), ["default/a"]);
+        assert!(cache.snapshot().get("n1").expect("n1").pods.is_empty());
+    }
+
+    #[test]
+    fn nodes_and_their_images() {
+        let mut cache = Cache::new();
+        cache.set_node(node("n1"));
+        cache.set_node(node("n2"));
+        assert_eq!(cache.snapshot().image_nodes.get("busybox:1"), Some(&2));
+        cache.set_pod(pod("a", Some("n2")));
+        cache.remove_node("n2");
+        assert_eq!(cache.snapshot().len(), 1);
+        assert_eq!(cache.snapshot().image_nodes.get("busybox:1"), Some(&1));
+        // The node comes back: its pod is still there.
+        cache.set_node(node("n2"));
+        assert_eq!(cache.snapshot().get("n2").expect("n2").pods.len(), 1);
+    }
+}

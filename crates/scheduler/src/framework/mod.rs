@@ -1,0 +1,325 @@
+//! The scheduling framework (upstream's `pkg/scheduler/framework`): one
+//! trait per extension point, the status a plugin answers with, the
+//! per-cycle state plugins share between their extension points, and the
+//! snapshot of nodes one cycle sees.
+//!
+//! A plugin is a small struct implementing the traits of the extension
+//! points it serves; a [`Profile`](crate::profile::Profile) lists the
+//! plugins of each point, in order, with score weights. Plugins are pure:
+//! given the pod and the snapshot they decide; the scheduler does the IO
+//! (binding, preemption's deletions, status and events).
+
+pub mod types;
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+
+pub use types::{NodeInfo, PodInfo, Resource};
+
+/// The highest score a plugin gives a node (`MaxNodeScore`).
+pub const MAX_NODE_SCORE: i64 = 100;
+
+/// What a plugin's answer means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Success,
+    /// Something went wrong: the attempt fails and the pod is retried.
+    Error,
+    /// The pod does not fit, but preemption might make it.
+    Unschedulable,
+    /// The pod does not fit and preemption cannot help.
+    UnschedulableAndUnresolvable,
+    /// The plugin has nothing to do for this pod (its later extension
+    /// points are skipped).
+    Skip,
+}
+
+/// A plugin's answer: a code and the reasons, named by the plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub code: Code,
+    pub reasons: Vec<String>,
+    pub plugin: &'static str,
+}
+
+impl Status {
+    pub const fn success() -> Self {
+        Status {
+            code: Code::Success,
+            reasons: Vec::new(),
+            plugin: "",
+        }
+    }
+
+    pub fn new(code: Code, reason: impl Into<String>) -> Self {
+        Status {
+            code,
+            reasons: vec![reason.into()],
+            plugin: "",
+        }
+    }
+
+    pub fn unschedulable(reason: impl Into<String>) -> Self {
+        Status::new(Code::Unschedulable, reason)
+    }
+
+    pub fn unresolvable(reason: impl Into<String>) -> Self {
+        Status::new(Code::UnschedulableAndUnresolvable, reason)
+    }
+
+    pub fn error(reason: impl Into<String>) -> Self {
+        Status::new(Code::Error, reason)
+    }
+
+    pub const fn skip() -> Self {
+        Status {
+            code: Code::Skip,
+            reasons: Vec::new(),
+            plugin: "",
+        }
+    }
+
+    pub fn is_success(&self) -> bool {
+        self.code == Code::Success
+    }
+
+    pub fn is_rejection(&self) -> bool {
+        matches!(
+            self.code,
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable
+        )
+    }
+
+    /// The same, attributed to `plugin`.
+    pub fn by(mut self, plugin: &'static str) -> Self {
+        self.plugin = plugin;
+        self
+    }
+
+    /// The reasons joined, as upstream's `Status.Message`.
+    pub fn message(&self) -> String {
+        self.reasons.join(", ")
+    }
+}
+
+/// State one scheduling cycle's plugins keep between their extension
+/// points (upstream's `CycleState`): written at PreFilter or PreScore, read
+/// at Filter or Score, keyed by the plugin's name.
+#[derive(Default)]
+pub struct CycleState {
+    entries: HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
+    /// Whether the pod's PreFilter asked for no later work by a plugin.
+    skip_filter: Vec<&'static str>,
+    skip_score: Vec<&'static str>,
+}
+
+impl std::fmt::Debug for CycleState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CycleState")
+            .field("entries", &self.entries.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl CycleState {
+    pub fn write<T: Any + Send + Sync>(&mut self, key: &'static str, value: T) {
+        self.entries.insert(key, Arc::new(value));
+    }
+
+    pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
+        self.entries.get(key)?.downcast_ref()
+    }
+
+    pub(crate) fn skip_filter(&mut self, plugin: &'static str) {
+        self.skip_filter.push(plugin);
+    }
+
+    pub(crate) fn skips_filter(&self, plugin: &'static str) -> bool {
+        self.skip_filter.contains(&plugin)
+    }
+
+    pub(crate) fn skip_score(&mut self, plugin: &'static str) {
+        self.skip_score.push(plugin);
+    }
+
+    pub(crate) fn skips_score(&self, plugin: &'static str) -> bool {
+        self.skip_score.contains(&plugin)
+    }
+
+    /// A copy for trying a node with changed pods (preemption): the
+    /// entries are shared until one is written.
+    pub fn clone_state(&self) -> CycleState {
+        CycleState {
+            entries: self.entries.clone(),
+            skip_filter: self.skip_filter.clone(),
+            skip_score: self.skip_score.clone(),
+        }
+    }
+}
+
+/// The nodes one cycle sees, in the cache's order (upstream's `Snapshot`).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub nodes: Vec<Arc<NodeInfo>>,
+    index: HashMap<String, usize>,
+    /// The nodes with a pod that has pod affinity or anti-affinity terms.
+    pub with_affinity_pods: Vec<usize>,
+    /// How many nodes have each image (for ImageLocality's spread).
+    pub image_nodes: Arc<HashMap<String, usize>>,
+}
+
+impl Snapshot {
+    pub fn new(nodes: Vec<Arc<NodeInfo>>) -> Self {
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        let with_affinity_pods = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.pods_with_affinity > 0)
+            .map(|(i, _)| i)
+            .collect();
+        Snapshot {
+            nodes,
+            index,
+            with_affinity_pods,
+            image_nodes: Arc::default(),
+        }
+    }
+
+    /// The same, knowing how many nodes have each image.
+    pub fn with_images(mut self, image_nodes: Arc<HashMap<String, usize>>) -> Self {
+        self.image_nodes = image_nodes;
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.index.get(name).map(|i| &self.nodes[*i])
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+/// A plugin: its upstream name.
+pub trait Plugin: Send + Sync {
+    fn name(&self) -> &'static str;
+}
+
+/// Whether a pod may enter the active queue at all (scheduling gates).
+pub trait PreEnqueue: Plugin {
+    fn pre_enqueue(&self, pod: &Pod) -> Status;
+}
+
+/// What PreFilter may narrow the nodes to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PreFilterResult {
+    /// Only these nodes can fit; `None`: all may.
+    pub node_names: Option<Vec<String>>,
+}
+
+/// Once per cycle, before the nodes are filtered: checks the pod and
+/// computes what Filter needs.
+pub trait PreFilter: Plugin {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status);
+
+    /// Adds or removes a pod in what PreFilter computed (preemption tries
+    /// nodes without their victims); `None` when the plugin keeps nothing
+    /// that depends on other pods.
+    fn add_pod(&self, _state: &mut CycleState, _pod: &PodInfo, _added: &PodInfo, _node: &NodeInfo) {
+    }
+    fn remove_pod(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _removed: &PodInfo,
+        _node: &NodeInfo,
+    ) {
+    }
+}
+
+/// Per node: can the pod run there?
+pub trait Filter: Plugin {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// What preemption (or any PostFilter) decided.
+#[derive(Debug, Clone, Default)]
+pub struct PostFilterResult {
+    /// The node the pod is nominated to, once victims are gone.
+    pub nominated_node: Option<String>,
+    /// The pods to evict for it.
+    pub victims: Vec<Arc<PodInfo>>,
+}
+
+/// When no node fits: may make room (preemption).
+pub trait PostFilter: Plugin {
+    fn post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        statuses: &HashMap<String, Status>,
+    ) -> (PostFilterResult, Status);
+}
+
+/// Once per cycle, before the feasible nodes are scored.
+pub trait PreScore: Plugin {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+        snapshot: &Snapshot,
+    ) -> Status;
+}
+
+/// Per feasible node, a score; then all of them normalized to 0..=100.
+pub trait Score: Plugin {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64;
+
+    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [i64]) {}
+}
+
+/// Holds (or frees) what the pod needs on the chosen node before binding.
+pub trait Reserve: Plugin {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str);
+}
+
+/// The IO before and at binding, done off the scheduling cycle.
+pub trait Bind: Plugin {
+    /// Binds the pod to `node`; `Skip` passes to the next binder.
+    fn bind<'a>(&'a self, pod: &'a PodInfo, node: &'a str) -> BoxFuture<'a, Status>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycle_state_is_typed_per_plugin() {
+        let mut state = CycleState::default();
+        state.write("A", 7usize);
+        assert_eq!(state.read::<usize>("A"), Some(&7));
+        assert_eq!(state.read::<String>("A"), None);
+        let copy = state.clone_state();
+        assert_eq!(copy.read::<usize>("A"), Some(&7));
+    }
+}

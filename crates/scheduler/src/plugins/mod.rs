@@ -1,0 +1,18 @@
+//! The plugins, one module each with upstream's name and reasons, and the
+//! registry that builds a profile's plugins by name.
+
+pub mod balanced;
+pub mod default_binder;
+pub mod fit;
+pub mod helpers;
+pub mod image_locality;
+pub mod node_affinity;
+pub mod node_name;
+pub mod node_ports;
+pub mod node_unschedulable;
+pub mod scheduling_gates;
+pub mod taint_toleration;
+
+/// The queue's order: upstream's only QueueSort plugin (priority, then
+/// age), built into the queue.
+pub const PRIORITY_SORT: &str = "PrioritySort";

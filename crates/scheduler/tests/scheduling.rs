@@ -1,0 +1,256 @@
+//! The scheduler on the in-process control plane with Node objects only
+//! (no node agent): pods are bound to nodes that fit them, spread by
+//! score; a pod that fits nowhere gets `PodScheduled=False` with
+//! upstream's message and a `FailedScheduling` event, and is bound once a
+//! node that fits appears.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
+use rudder_harness::{ControlPlane, eventually};
+use rudder_scheduler::{Options, Scheduler};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+async fn add_node(
+    client: &Client,
+    name: &str,
+    cpu: &str,
+    labels: serde_json::Value,
+    taints: serde_json::Value,
+) {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": taints},
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+            "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }))
+    .expect("node");
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create node");
+}
+
+fn pod(name: &str, cpu: &str, extra: serde_json::Value) -> Pod {
+    let mut spec = json!({"containers": [{"name": "c", "image": "busybox:1",
+        "resources": {"requests": {"cpu": cpu}}}]});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+struct Running {
+    plane: ControlPlane,
+    stop: CancellationToken,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn start() -> Running {
+    let plane = ControlPlane::start().await;
+    let stop = CancellationToken::new();
+    let scheduler = Scheduler::new(
+        plane.client(&rudder_harness::Identity::scheduler()),
+        Options {
+            lease: None,
+            ..Options::default()
+        },
+    );
+    tokio::spawn(scheduler.run(stop.clone()));
+    Running { plane, stop }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_are_bound_where_they_fit_and_spread_by_score() {
+    let r = start().await;
+    let admin = r.plane.admin();
+    add_node(&admin, "small", "1", json!({"size": "small"}), json!([])).await;
+    add_node(&admin, "big", "8", json!({"size": "big"}), json!([])).await;
+    add_node(
+        &admin,
+        "tainted",
+        "8",
+        json!({}),
+        json!([{"key": "dedicated", "value": "db", "effect": "NoSchedule"}]),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    for i in 0..4 {
+        pods.create(
+            &PostParams::default(),
+            &pod(&format!("web-{i}"), "500m", json!({})),
+        )
+        .await
+        .expect("pod");
+    }
+    pods.create(
+        &PostParams::default(),
+        &pod("picky", "100m", json!({"nodeSelector": {"size": "small"}})),
+    )
+    .await
+    .expect("pod");
+    let bound = eventually("every pod bound", Duration::from_secs(20), || async {
+        let all = pods.list(&ListParams::default()).await.expect("list").items;
+        all.iter().all(|p| node_of(p).is_some()).then_some(all)
+    })
+    .await;
+    for p in &bound {
+        let node = node_of(p).expect("bound");
+        assert_ne!(node, "tainted", "the taint keeps pods off");
+        let scheduled = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+            .map(|c| c.status.clone());
+        assert_eq!(scheduled.as_deref(), Some("True"), "{p:?}");
+    }
+    let picky = bound
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("picky"))
+        .expect("picky");
+    assert_eq!(node_of(picky).as_deref(), Some("small"));
+    // LeastAllocated: the 500m pods go to the big node, which stays emptier.
+    let on_big = bound
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("web-"))
+        })
+        .filter(|p| node_of(p).as_deref() == Some("big"))
+        .count();
+    assert!(on_big >= 3, "most web pods on the big node: {on_big}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_fits_nowhere_says_why_and_is_bound_when_a_node_fits() {
+    let r = start().await;
+    let admin = r.plane.admin();
+    add_node(&admin, "n1", "1", json!({}), json!([])).await;
+    add_node(
+        &admin,
+        "n2",
+        "2",
+        json!({}),
+        json!([{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    pods.create(&PostParams::default(), &pod("huge", "4", json!({})))
+        .await
+        .expect("pod");
+    let message = eventually("PodScheduled False", Duration::from_secs(20), || async {
+        let p = pods.get("huge").await.expect("get");
+        p.status
+            .and_then(|s| s.conditions)
+            .and_then(|c| c.into_iter().find(|c| c.type_ == "PodScheduled"))
+            .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+            .and_then(|c| c.message)
+    })
+    .await;
+    assert_eq!(
+        message,
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: v}."
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(admin.clone(), "default");
+    eventually(
+        "a FailedScheduling event",
+        Duration::from_secs(10),
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .expect("events")
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        },
+    )
+    .await;
+    add_node(&admin, "n3", "8", json!({}), json!([])).await;
+    let node = eventually("bound to the new node", Duration::from_secs(20), || async {
+        node_of(&pods.get("huge").await.expect("get"))
+    })
+    .await;
+    assert_eq!(node, "n3");
+    let scheduled = eventually("a Scheduled event", Duration::from_secs(10), || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("Scheduled"))
+    })
+    .await;
+    assert_eq!(
+        scheduled.note.as_deref(),
+        Some("Successfully assigned default/huge to n3")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gated_pods_and_other_schedulers_pods_are_left_alone() {
+    let r = start().await;
+    let admin = r.plane.admin();
+    add_node(&admin, "n1", "4", json!({}), json!([])).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            "gated",
+            "100m",
+            json!({"schedulingGates": [{"name": "wait"}]}),
+        ),
+    )
+    .await
+    .expect("pod");
+    pods.create(
+        &PostParams::default(),
+        &pod("other", "100m", json!({"schedulerName": "someone-else"})),
+    )
+    .await
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod("mine", "100m", json!({})))
+        .await
+        .expect("pod");
+    eventually("mine bound", Duration::from_secs(20), || async {
+        node_of(&pods.get("mine").await.expect("get"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(node_of(&pods.get("gated").await.expect("get")), None);
+    assert_eq!(node_of(&pods.get("other").await.expect("get")), None);
+    // The gate removed: scheduled.
+    pods.patch(
+        "gated",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+    )
+    .await
+    .expect("ungate");
+    eventually(
+        "gated bound once ungated",
+        Duration::from_secs(20),
+        || async { node_of(&pods.get("gated").await.expect("get")) },
+    )
+    .await;
+}
