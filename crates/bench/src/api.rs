@@ -509,7 +509,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     drop(whole);
     let dir = tempfile::tempdir_in(&options.work_dir)?;
     let port = free_port()?;
-    let api_only = ["--disable-controllers"];
+    let api_only = ["--disable-controllers", "--disable-scheduler"];
     let began = Instant::now();
     let server = Server::start_with(&binary, dir.path(), port, &api_only)?;
     let (client, api_startup) = server.ready(began).await?;
@@ -600,7 +600,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             Metric::new("startup_to_ready_api_only_ms", "ms", api_startup.as_secs_f64() * 1000.0),
         ],
         conditions: vec![
-            "the load figures: `rudder server --disable-agent --disable-controllers` (release build) in its own process — the API server alone, so they measure it and not the controllers reacting to tens of thousands of Pods — embedded store, HTTPS with client certificates, driven by kube-rs over HTTP/2 from the same machine (2 cores shared by server and clients)".into(),
+            "the load figures: `rudder server --disable-agent --disable-controllers --disable-scheduler` (release build) in its own process — the API server alone, so they measure it and not the controllers reacting to tens of thousands of Pods — embedded store, HTTPS with client certificates, driven by kube-rs over HTTP/2 from the same machine (2 cores shared by server and clients)".into(),
             format!("`pod_creates_per_s_c64`: 64 concurrent clients creating ~1.4 KiB Pods (one container with ports, env, resources, probes, a volume) for {} s; `peer_value` is the embedded store's raw 1 KiB write rate at 64 writers, measured in the same run", run_for.as_secs()),
             "`get_p99_ms`: 4 concurrent clients reading one Pod".into(),
             format!("`list_10k_pods_ms`: median of unpaginated LISTs of {list_count} Pods (served from the watch cache), from the request to the last byte at the client — upstream's latency definition (request received → last byte sent); `list_10k_pods_decoded_ms`: the same LIST decoded into kube-rs `Pod`s, the client's decoding included (each Pod carries its managedFields, as upstream's do); `list_10k_peak_rss_mb`: the server's peak RSS (VmHWM) after them"),
@@ -608,7 +608,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             format!("`watch_establish_ms`: from the first of those {watchers} watch requests (over 10 fresh HTTP/2 connections, from a resourceVersion) to the last stream being open"),
             "`watch_fanout_server_p99_ms`: the server's own histogram of the same deliveries (`rudder_watch_delivery_seconds`: from the watch cache receiving the change to the watcher's response taking the event), as the upper bound of the bucket holding the 99th percentile — what the server adds, without the client's side".into(),
             format!("`watch_fanout_all_p99_ms`: {all_watchers} watchers of all those Pods (label selector) at {all_rate} creates/s: every event to every watcher, {} deliveries of ~1.5 KiB per second asked for through TLS, server and clients on the same 2 cores; `watch_fanout_all_deliveries_per_s`: the deliveries that run achieved per second, from the first write to the last arrival", all_watchers * all_rate),
-            format!("`startup_to_ready_ms`: `rudder server --disable-agent` as users run it (with its controllers), a restart on existing data, process start to the first 200 from /readyz (the first start, which makes certificates and preallocates the write-ahead log, took {:.0} ms); `idle_rss_mb`: its RSS 10 s after that, once every controller's informers run (they hold every object's metadata); `…_api_only_…`: the same with `--disable-controllers`, RSS 2 s after ready", first_start.as_secs_f64() * 1000.0),
+            format!("`startup_to_ready_ms`: `rudder server --disable-agent` as users run it (with its controllers and scheduler), a restart on existing data, process start to the first 200 from /readyz (the first start, which makes certificates and preallocates the write-ahead log, took {:.0} ms); `idle_rss_mb`: its RSS 10 s after that, once every controller's and the scheduler's informers run (they hold every object's metadata); `…_api_only_…`: the same with `--disable-controllers --disable-scheduler`, RSS 2 s after ready", first_start.as_secs_f64() * 1000.0),
         ],
     })
 }

@@ -264,7 +264,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         (10_000, 1_000)
     };
     let dir = tempfile::tempdir_in(&options.work_dir)?;
-    let server = Server::start(&binary, dir.path(), free_port()?)?;
+    // No nodes here, and the scheduler would answer each of the pods with
+    // a FailedScheduling event and status write: it is measured on its own
+    // (`rudder-bench scheduler`).
+    let server = Server::start_with(&binary, dir.path(), free_port()?, &["--disable-scheduler"])?;
     let (client, _) = server.ready(Instant::now()).await?;
 
     let started = Instant::now();

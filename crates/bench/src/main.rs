@@ -7,6 +7,7 @@ mod apply;
 mod controllers;
 mod gc;
 mod report;
+mod scheduler;
 mod store;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,9 @@ enum Scenario {
     /// exist, beside 10,000 plain Pod creates; memory and idle CPU with
     /// them; a rollout of a 1,000-replica Deployment.
     Controllers(Options),
+    /// The scheduler: upstream's scheduler_perf workloads on fake nodes,
+    /// beside plain bindings of the same pods.
+    Scheduler(Options),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -64,6 +68,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Apply(options) => (runtime.block_on(apply::run(&options))?, options),
         Scenario::Gc(options) => (runtime.block_on(gc::run(&options))?, options),
         Scenario::Controllers(options) => (runtime.block_on(controllers::run(&options))?, options),
+        Scenario::Scheduler(options) => (runtime.block_on(scheduler::run(&options))?, options),
     };
     if !options.quick {
         report.update_doc(&options.doc)?;

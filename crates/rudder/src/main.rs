@@ -1,6 +1,7 @@
 //! `rudder`: Kubernetes in one small binary. This file is the CLI; the
 //! wiring of each subcommand lives in its own module.
 
+mod explain;
 mod server;
 
 use clap::{Parser, Subcommand};
@@ -16,6 +17,9 @@ struct Cli {
 enum Command {
     /// Run the control plane on this machine.
     Server(server::ServerArgs),
+    /// Explain why a pod is Pending (or went where it went): every node
+    /// with each scheduler plugin's verdict and score.
+    Explain(explain::ExplainArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -32,5 +36,6 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match cli.command {
         Command::Server(args) => runtime.block_on(server::run(args)),
+        Command::Explain(args) => runtime.block_on(explain::run(args)),
     }
 }

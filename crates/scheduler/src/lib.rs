@@ -11,6 +11,7 @@
 
 pub mod cache;
 pub mod cycle;
+pub mod explain;
 pub mod framework;
 pub mod plugins;
 pub mod profile;

@@ -1,0 +1,322 @@
+//! The `scheduler` scenario: upstream's scheduler_perf workloads
+//! (`test/integration/scheduler_perf/config/performance-config.yaml`) on
+//! the in-process control plane with fake Node objects (nothing runs the
+//! pods), the scheduler in the same process with upstream's default
+//! profile, beside the floor it cannot beat — the same pods bound by plain
+//! `pods/binding` POSTs, no scheduling, in the same run.
+//!
+//! Per workload: `<workload>_pods_per_s` (measured pods bound per second,
+//! from the first measured create to the last binding seen — upstream's
+//! SchedulingThroughput average), `<workload>_p50_ms` / `_p99_ms`
+//! (per pod, from its create returning to its binding seen by a watch),
+//! and `bind_floor_pods_per_s` (64 concurrent binding POSTs).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher::{self, Event};
+use rudder_harness::{ControlPlane, Identity};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::Options;
+use crate::report::{Metric, Report};
+
+/// Requests in flight at once, for creates and bindings.
+const CLIENTS: usize = 64;
+
+/// One scheduler_perf workload.
+struct Workload {
+    name: &'static str,
+    nodes: usize,
+    init_pods: usize,
+    measure_pods: usize,
+    /// Labels of node `i`.
+    node_labels: fn(usize) -> Value,
+    /// The spec of an initial pod and of a measured one.
+    init_spec: fn() -> Value,
+    measure_spec: fn() -> Value,
+    /// Upstream's CI floor for the workload (pods/s), if published.
+    upstream_floor: Option<f64>,
+}
+
+fn zone(i: usize) -> String {
+    format!("zone{}", i % 10)
+}
+
+fn plain_labels(i: usize) -> Value {
+    json!({"kubernetes.io/hostname": format!("node-{i}")})
+}
+
+fn zoned_labels(i: usize) -> Value {
+    json!({"kubernetes.io/hostname": format!("node-{i}"), "topology.kubernetes.io/zone": zone(i)})
+}
+
+/// upstream's `pod-default.yaml`: one pause container, 100m cpu, 500Mi.
+fn default_spec() -> Value {
+    json!({"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+        "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}, "limits": {"cpu": "100m", "memory": "500Mi"}}}]})
+}
+
+/// `pod-with-node-affinity.yaml`: the default pod, required to a zone.
+fn affinity_spec() -> Value {
+    let mut spec = default_spec();
+    spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone1", "zone2"]}]}
+    ]}}});
+    spec
+}
+
+fn workloads(quick: bool) -> Vec<Workload> {
+    let scale = |n: usize| if quick { n / 10 } else { n };
+    vec![
+        Workload {
+            name: "scheduling_basic",
+            nodes: scale(5_000),
+            init_pods: scale(1_000),
+            measure_pods: scale(10_000),
+            node_labels: plain_labels,
+            init_spec: default_spec,
+            measure_spec: default_spec,
+            upstream_floor: Some(270.0),
+        },
+        Workload {
+            name: "node_affinity",
+            nodes: scale(5_000),
+            init_pods: scale(5_000),
+            measure_pods: scale(1_000),
+            node_labels: zoned_labels,
+            init_spec: default_spec,
+            measure_spec: affinity_spec,
+            upstream_floor: None,
+        },
+    ]
+}
+
+fn node(i: usize, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": format!("node-{i}"), "labels": labels},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    })
+}
+
+async fn create_all<K>(api: &Api<K>, objects: Vec<Value>) -> anyhow::Result<Vec<Instant>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let results: Vec<anyhow::Result<Instant>> = futures::stream::iter(objects.into_iter().map(|o| {
+        let api = api.clone();
+        async move {
+            let object: K = serde_json::from_value(o)?;
+            api.create(&PostParams::default(), &object).await?;
+            Ok(Instant::now())
+        }
+    }))
+    .buffered(CLIENTS)
+    .collect()
+    .await;
+    results.into_iter().collect()
+}
+
+/// Records when each pod of `namespace` is first seen bound.
+fn watch_bound(pods: Api<Pod>) -> (Arc<Mutex<HashMap<String, Instant>>>, tokio::task::JoinHandle<()>) {
+    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let task = tokio::spawn({
+        let bound = bound.clone();
+        async move {
+            let stream = watcher::watcher(pods, watcher::Config::default());
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(Event::Apply(p) | Event::InitApply(p)) = event
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                    && let Some(name) = p.metadata.name
+                {
+                    bound
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(name)
+                        .or_insert_with(Instant::now);
+                }
+            }
+        }
+    });
+    (bound, task)
+}
+
+async fn wait_bound(bound: &Mutex<HashMap<String, Instant>>, count: usize, what: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while bound.lock().unwrap_or_else(|e| e.into_inner()).len() < count {
+        anyhow::ensure!(Instant::now() < deadline, "gave up waiting for {what} to be bound");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+async fn namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(())
+}
+
+fn pods(prefix: &str, count: usize, spec: fn() -> Value, scheduler: Option<&str>) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            let mut spec = spec();
+            if let Some(name) = scheduler {
+                spec["schedulerName"] = json!(name);
+            }
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{prefix}-{i}"), "labels": {"app": prefix}},
+                "spec": spec})
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// What one workload measured.
+struct Measured {
+    pods_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> {
+    let plane = ControlPlane::start().await;
+    let admin = plane.admin();
+    let nodes: Vec<Value> = (0..w.nodes).map(|i| node(i, (w.node_labels)(i))).collect();
+    create_all(&Api::<Node>::all(admin.clone()), nodes).await.context("nodes")?;
+    let stop = CancellationToken::new();
+    let scheduler = rudder_scheduler::Scheduler::new(
+        plane.client(&Identity::scheduler()),
+        rudder_scheduler::Options {
+            lease: None,
+            ..rudder_scheduler::Options::default()
+        },
+    );
+    let running = tokio::spawn(scheduler.run(stop.clone()));
+    namespace(&admin, "init").await?;
+    let (init_bound, init_watch) = watch_bound(Api::namespaced(admin.clone(), "init"));
+    create_all(&Api::<Pod>::namespaced(admin.clone(), "init"), pods("init", w.init_pods, w.init_spec, None)).await?;
+    wait_bound(&init_bound, w.init_pods, "the initial pods").await?;
+    init_watch.abort();
+    namespace(&admin, "measure").await?;
+    let (bound, watch) = watch_bound(Api::namespaced(admin.clone(), "measure"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let api: Api<Pod> = Api::namespaced(admin.clone(), "measure");
+    let measured = pods("measure", w.measure_pods, w.measure_spec, None);
+    let names: Vec<String> = measured
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let began = Instant::now();
+    let created = create_all(&api, measured).await?;
+    let creates_took = began.elapsed();
+    wait_bound(&bound, w.measure_pods, "the measured pods").await?;
+    watch.abort();
+    stop.cancel();
+    let _ = running.await;
+    let bound = bound.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let last = bound.values().max().copied().unwrap_or(began);
+    let mut latencies: Vec<f64> = names
+        .iter()
+        .zip(&created)
+        .filter_map(|(name, at)| Some(bound.get(name)?.saturating_duration_since(*at).as_secs_f64() * 1000.0))
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let elapsed = last.duration_since(began).as_secs_f64();
+    let result = Measured {
+        pods_per_s: w.measure_pods as f64 / elapsed,
+        p50_ms: percentile(&latencies, 0.5),
+        p99_ms: percentile(&latencies, 0.99),
+    };
+    eprintln!(
+        "{}: {} nodes, {} + {} pods: {:.0} pods/s, p50 {:.1} ms, p99 {:.1} ms (creates took {:.2} s)",
+        w.name, w.nodes, w.init_pods, w.measure_pods, result.pods_per_s, result.p50_ms, result.p99_ms,
+        creates_took.as_secs_f64()
+    );
+    Ok((result, plane))
+}
+
+/// The floor: the same number of pods, for no scheduler, bound round-robin
+/// by 64 concurrent binding POSTs.
+async fn bind_floor(plane: &ControlPlane, count: usize, nodes: usize) -> anyhow::Result<f64> {
+    let admin = plane.admin();
+    namespace(&admin, "floor").await?;
+    let api: Api<Pod> = Api::namespaced(admin.clone(), "floor");
+    create_all(&api, pods("floor", count, default_spec, Some("none"))).await?;
+    let began = Instant::now();
+    let results: Vec<kube::Result<Value>> = futures::stream::iter((0..count).map(|i| {
+        let api = api.clone();
+        async move {
+            let name = format!("floor-{i}");
+            let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name}, "target": {"kind": "Node", "name": format!("node-{}", i % nodes)}});
+            api.create_subresource::<Value, Value>("binding", &name, &PostParams::default(), &binding)
+                .await
+        }
+    }))
+    .buffer_unordered(CLIENTS)
+    .collect()
+    .await;
+    for r in results {
+        r.context("a binding")?;
+    }
+    let rate = count as f64 / began.elapsed().as_secs_f64();
+    eprintln!("bind floor: {rate:.0} pods/s");
+    Ok(rate)
+}
+
+pub async fn run(options: &Options) -> anyhow::Result<Report> {
+    let mut metrics = Vec::new();
+    let mut floor = None;
+    for w in workloads(options.quick) {
+        let (m, plane) = run_workload(&w).await?;
+        if floor.is_none() {
+            floor = Some(bind_floor(&plane, w.measure_pods, w.nodes).await?);
+        }
+        plane.stop().await;
+        let mut rate = Metric::new(&format!("{}_pods_per_s", w.name), "pods/s", m.pods_per_s);
+        if let Some(upstream) = w.upstream_floor {
+            rate = rate.peer("upstream CI floor (5000Nodes_10000Pods, 1.31)", upstream);
+        }
+        if w.name == "scheduling_basic" {
+            rate = rate.target("≥ 2,000 pods/s and ≥ 60 % of the bind floor");
+        } else {
+            rate = rate.target("≥ 3× upstream's floor");
+        }
+        metrics.push(rate);
+        metrics.push(Metric::new(&format!("{}_p50_ms", w.name), "ms", m.p50_ms));
+        metrics.push(Metric::new(&format!("{}_p99_ms", w.name), "ms", m.p99_ms));
+    }
+    if let Some(floor) = floor {
+        metrics.push(Metric::new("bind_floor_pods_per_s", "pods/s", floor));
+    }
+    Ok(Report {
+        scenario: "scheduler".into(),
+        quick: options.quick,
+        metrics,
+        conditions: vec![
+            "in-process control plane (embedded store) and scheduler in one process (release build), upstream's default profile, 2 cores shared by the API server, the scheduler and the clients; nodes are Node objects (4 cpu, 32Gi, 110 pods) that nothing runs".into(),
+            "`scheduling_basic`: upstream's SchedulingBasic 5000Nodes_10000Pods (1,000 initial pods, 10,000 measured, `pod-default.yaml`: 100m cpu, 500Mi); `node_affinity`: 5,000 nodes in 10 zones, 5,000 initial pods, 1,000 measured requiring 2 of the zones".into(),
+            "`pods_per_s`: measured pods over the time from the first measured create to the last binding seen by a watch, the creates (64 concurrent) overlapping the scheduling; `p50_ms`/`p99_ms`: per pod, create returned → bound seen; `bind_floor_pods_per_s`: as many pods bound by 64 concurrent `pods/binding` POSTs, no scheduler, in the same process".into(),
+        ],
+    })
+}

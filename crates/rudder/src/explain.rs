@@ -1,0 +1,82 @@
+//! `rudder explain pod NAME`: why a pod is Pending, or would go where it
+//! went — every node with each scheduler plugin's verdict and score,
+//! computed here with the scheduler's own plugins and default profile from
+//! what the API shows (nodes and the pods bound to them), through the
+//! user's kubeconfig: no scheduler logs needed.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use rudder_scheduler::cache::Cache;
+use rudder_scheduler::framework::PodInfo;
+
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// What to explain: `pod`.
+    pub kind: String,
+    /// The pod's name.
+    pub name: String,
+    /// Its namespace.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+    /// The kubeconfig to reach the cluster with (default: $KUBECONFIG, then
+    /// ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+}
+
+pub async fn run(args: ExplainArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        matches!(args.kind.as_str(), "pod" | "pods" | "po"),
+        "only pods can be explained (got {:?})",
+        args.kind
+    );
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("read {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let client = kube::Client::try_from(config)?;
+    let pod = Api::<Pod>::namespaced(client.clone(), &args.namespace)
+        .get(&args.name)
+        .await
+        .with_context(|| format!("get pod {}/{}", args.namespace, args.name))?;
+    let mut cache = Cache::new();
+    for node in Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("list nodes")?
+    {
+        cache.set_node(Arc::new(node));
+    }
+    let key = format!("{}/{}", args.namespace, args.name);
+    for p in Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("list pods")?
+    {
+        let finished = matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        let this = p.metadata.namespace.as_deref() == Some(args.namespace.as_str())
+            && p.metadata.name.as_deref() == Some(args.name.as_str());
+        if !finished && !this {
+            cache.set_pod(Arc::new(p));
+        }
+    }
+    let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let profile = rudder_scheduler::Profile::default_profile(None);
+    let explanation =
+        rudder_scheduler::explain::explain(&profile, &PodInfo::new(Arc::new(pod)), &cache.snapshot());
+    if let Some(node) = bound {
+        println!("{key} is bound to {node}; as the cluster stands now:");
+    }
+    print!("{explanation}");
+    Ok(())
+}
