@@ -60,6 +60,12 @@ pub struct ServerArgs {
     #[arg(long)]
     pub disable_scheduler: bool,
 
+    /// The scheduler's configuration: a KubeSchedulerConfiguration
+    /// (kubescheduler.config.k8s.io/v1, YAML or JSON) — its profiles,
+    /// plugins and their arguments, percentageOfNodesToScore, backoff.
+    #[arg(long)]
+    pub scheduler_config: Option<PathBuf>,
+
     /// The CIDR every Node's pod range (`spec.podCIDR`, a /24) is cut from.
     #[arg(long, default_value = "10.42.0.0/16")]
     pub cluster_cidr: String,
@@ -180,7 +186,25 @@ fn prepare_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The scheduler's configuration file, read and checked (its plugins
+/// too) before anything starts.
+fn scheduler_config(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<Option<rudder_scheduler::config::Configuration>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("read --scheduler-config {}", path.display()))?;
+    let config = rudder_scheduler::config::Configuration::parse(&text)
+        .with_context(|| format!("--scheduler-config {}", path.display()))?;
+    rudder_scheduler::Profile::all_from_config(&config, None)
+        .with_context(|| format!("--scheduler-config {}", path.display()))?;
+    Ok(Some(config))
+}
+
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let scheduler_config = scheduler_config(args.scheduler_config.as_deref())?;
     prepare_data_dir(&args.data_dir)?;
     let store = open_store(args.store_choice()?).await?;
     let revision = store
@@ -234,8 +258,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     }
     if !args.disable_scheduler {
         let client = server.client(&Identity::scheduler());
-        let scheduler =
+        let mut scheduler =
             rudder_scheduler::Scheduler::new(client, rudder_scheduler::Options::default());
+        if let Some(config) = &scheduler_config {
+            scheduler = scheduler.with_config(config)?;
+        }
         let stop = cancel.clone();
         tasks.spawn(async move {
             scheduler.run(stop).await;
@@ -326,6 +353,38 @@ mod tests {
         for bad in ["", "10", "3d", "h"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_bad_scheduler_configuration_is_refused_naming_its_field() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("scheduler.yaml");
+        let header =
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
+        std::fs::write(&path, format!("{header}percentageOfNodesToScore: 101\n")).expect("write");
+        let error = format!("{:#}", scheduler_config(Some(&path)).expect_err("invalid"));
+        assert!(
+            error.contains(
+                "percentageOfNodesToScore: Invalid value: 101: not in valid range [0-100]"
+            ),
+            "{error}"
+        );
+        let plugin = "profiles:\n- plugins:\n    score:\n      enabled:\n      - name: Nope\n";
+        std::fs::write(&path, format!("{header}{plugin}")).expect("write");
+        let error = format!("{:#}", scheduler_config(Some(&path)).expect_err("invalid"));
+        assert!(
+            error.contains("ScorePlugin \"Nope\" does not exist"),
+            "{error}"
+        );
+        std::fs::write(&path, header).expect("write");
+        let config = scheduler_config(Some(&path)).expect("valid").expect("read");
+        assert_eq!(config.profiles[0].scheduler_name, "default-scheduler");
+        assert!(scheduler_config(None).expect("none").is_none());
+        let args = parse(&["--scheduler-config", "/etc/rudder/scheduler.yaml"]);
+        assert_eq!(
+            args.scheduler_config.as_deref(),
+            Some(std::path::Path::new("/etc/rudder/scheduler.yaml"))
+        );
     }
 
     #[test]

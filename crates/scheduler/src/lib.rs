@@ -10,6 +10,7 @@
 //! and schedules while it leads, so two servers never both bind a pod.
 
 pub mod cache;
+pub mod config;
 pub mod cycle;
 pub mod explain;
 pub mod framework;
@@ -52,6 +53,7 @@ pub struct Scheduler {
     client: Client,
     options: Options,
     profiles: Vec<Profile>,
+    backoff: queue::Backoff,
     clock: Arc<dyn Timer>,
 }
 
@@ -72,8 +74,24 @@ impl Scheduler {
             client,
             options,
             profiles,
+            backoff: queue::Backoff::default(),
             clock: clock::system(),
         }
+    }
+
+    /// The same as a configuration file says: its profiles, percentages
+    /// of nodes to score and backoff. Fails on a plugin that does not
+    /// exist or does not serve the extension point it is enabled at.
+    pub fn with_config(
+        mut self,
+        config: &config::Configuration,
+    ) -> Result<Self, config::ConfigError> {
+        self.profiles = Profile::all_from_config(config, Some(self.client.clone()))?;
+        self.backoff = queue::Backoff {
+            initial: config.pod_initial_backoff,
+            max: config.pod_max_backoff,
+        };
+        Ok(self)
     }
 
     /// The same with other profiles.
@@ -88,6 +106,7 @@ impl Scheduler {
             client,
             options,
             profiles,
+            backoff,
             clock,
         } = self;
         let lead = {
@@ -96,7 +115,7 @@ impl Scheduler {
             move |leading: CancellationToken| {
                 let (client, profiles, identity) =
                     (client.clone(), profiles.clone(), identity.clone());
-                async move { scheduler::run(client, profiles, &identity, leading).await }
+                async move { scheduler::run(client, profiles, &identity, backoff, leading).await }
             }
         };
         match options.lease {

@@ -48,13 +48,38 @@ impl QueuedPod {
         self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
     }
 
-    /// When its backoff ends: 1 s doubling per attempt, at most 10 s.
+    /// When its backoff ends with upstream's default durations: 1 s
+    /// doubling per attempt, at most 10 s.
     pub fn backoff_until(&self) -> Instant {
-        let mut delay = INITIAL_BACKOFF;
-        for _ in 1..self.attempts {
-            delay = (delay * 2).min(MAX_BACKOFF);
+        Backoff::default().until(self)
+    }
+}
+
+/// How long failed pods wait (`podInitialBackoffSeconds`, doubling per
+/// attempt up to `podMaxBackoffSeconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: INITIAL_BACKOFF,
+            max: MAX_BACKOFF,
         }
-        self.added + delay
+    }
+}
+
+impl Backoff {
+    /// When `pod`'s backoff ends.
+    pub fn until(&self, pod: &QueuedPod) -> Instant {
+        let mut delay = self.initial.min(self.max);
+        for _ in 1..pod.attempts {
+            delay = (delay * 2).min(self.max);
+        }
+        pod.added + delay
     }
 }
 
@@ -101,11 +126,20 @@ pub struct Queue {
     cycle: u64,
     /// The cycle of the last event that moved unschedulable pods.
     moved_at: u64,
+    backoff_durations: Backoff,
 }
 
 impl Queue {
     pub fn new() -> Self {
         Queue::default()
+    }
+
+    /// A queue backing pods off for `backoff`.
+    pub fn with_backoff(backoff: Backoff) -> Self {
+        Queue {
+            backoff_durations: backoff,
+            ..Queue::default()
+        }
     }
 
     /// The number of cycles begun.
@@ -134,7 +168,8 @@ impl Queue {
                 });
             }
             Place::Backoff => {
-                self.backoff.remove(&(pod.backoff_until(), pod.key.clone()));
+                self.backoff
+                    .remove(&(self.backoff_durations.until(&pod), pod.key.clone()));
             }
             _ => {}
         }
@@ -181,9 +216,9 @@ impl Queue {
         queued.pod = pod;
         if gated {
             self.pods.insert(key.to_string(), (queued, Place::Gated));
-        } else if place == Place::Backoff && queued.backoff_until() > now {
+        } else if place == Place::Backoff && self.backoff_durations.until(&queued) > now {
             self.backoff
-                .insert((queued.backoff_until(), key.to_string()));
+                .insert((self.backoff_durations.until(&queued), key.to_string()));
             self.pods.insert(key.to_string(), (queued, Place::Backoff));
         } else {
             self.place_active(queued);
@@ -227,7 +262,7 @@ impl Queue {
         queued.added = now;
         if self.moved_at >= queued.cycle {
             self.backoff
-                .insert((queued.backoff_until(), key.to_string()));
+                .insert((self.backoff_durations.until(&queued), key.to_string()));
             self.pods.insert(key.to_string(), (queued, Place::Backoff));
         } else {
             self.pods
@@ -243,7 +278,7 @@ impl Queue {
         };
         queued.added = now;
         self.backoff
-            .insert((queued.backoff_until(), key.to_string()));
+            .insert((self.backoff_durations.until(&queued), key.to_string()));
         self.pods.insert(key.to_string(), (queued, Place::Backoff));
     }
 
@@ -266,9 +301,9 @@ impl Queue {
         let Some(queued) = self.unplace(key) else {
             return;
         };
-        if queued.backoff_until() > now {
+        if self.backoff_durations.until(&queued) > now {
             self.backoff
-                .insert((queued.backoff_until(), key.to_string()));
+                .insert((self.backoff_durations.until(&queued), key.to_string()));
             self.pods.insert(key.to_string(), (queued, Place::Backoff));
         } else {
             self.place_active(queued);
@@ -398,6 +433,29 @@ mod tests {
         assert_eq!(queued.backoff_until() - t, Duration::from_secs(4));
         queued.attempts = 10;
         assert_eq!(queued.backoff_until() - t, MAX_BACKOFF);
+    }
+
+    #[test]
+    fn configured_backoff_durations() {
+        let backoff = Backoff {
+            initial: Duration::from_secs(3),
+            max: Duration::from_secs(20),
+        };
+        let mut q = Queue::with_backoff(backoff);
+        let t = Instant::now();
+        q.add(pod("a", 0), "a".into(), t, false);
+        q.pop().expect("a");
+        q.backoff("a", t);
+        q.flush(t + Duration::from_secs(2));
+        assert!(!q.has_active(), "still backing off after 2 s");
+        q.flush(t + Duration::from_secs(3));
+        let mut queued = q.pop().expect("after 3 s");
+        queued.attempts = 4;
+        // 3, 6, 12, then 20 rather than 24.
+        assert_eq!(
+            backoff.until(&queued) - queued.added,
+            Duration::from_secs(20)
+        );
     }
 
     #[test]

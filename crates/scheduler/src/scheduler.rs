@@ -25,7 +25,8 @@ use crate::cache::Cache;
 use crate::cycle::{self, Decision, FitError};
 use crate::framework::{Code, CycleState, PodInfo, Status};
 use crate::profile::Profile;
-use crate::queue::Queue;
+use crate::framework::VolumeListers;
+use crate::queue::{Backoff, Queue};
 
 /// Bindings in flight at once.
 const MAX_BINDINGS: usize = 64;
@@ -43,6 +44,7 @@ pub(crate) struct Loop {
     wake: Notify,
     recorder: Recorder,
     pods: Store<Pod>,
+    volumes: Arc<VolumeListers>,
 }
 
 fn is_assigned(pod: &Pod) -> bool {
@@ -67,10 +69,17 @@ fn scheduler_name(pod: &Pod) -> &str {
 }
 
 /// Runs the scheduler with `profiles` until `stop` fires.
-pub async fn run(client: Client, profiles: Vec<Profile>, identity: &str, stop: CancellationToken) {
+pub async fn run(
+    client: Client,
+    profiles: Vec<Profile>,
+    identity: &str,
+    backoff: Backoff,
+    stop: CancellationToken,
+) {
     let informers = Informers::new(client.clone(), stop.clone());
     let pods = informers.typed::<Pod>();
     let nodes = informers.typed::<Node>();
+    let volumes = Arc::new(VolumeListers::start(&informers).await);
     let (mut pod_changes, mut node_changes) = (pods.subscribe(), nodes.subscribe());
     let clock = rudder_runtime::clock::system();
     let this = Arc::new(Loop {
@@ -82,10 +91,11 @@ pub async fn run(client: Client, profiles: Vec<Profile>, identity: &str, stop: C
             .collect(),
         shared: Mutex::new(Shared {
             cache: Cache::new(),
-            queue: Queue::new(),
+            queue: Queue::with_backoff(backoff),
         }),
         wake: Notify::new(),
         pods: pods.store(),
+        volumes,
     });
     pods.wait_synced().await;
     nodes.wait_synced().await;
@@ -115,7 +125,38 @@ pub async fn run(client: Client, profiles: Vec<Profile>, identity: &str, stop: C
         let (this, stop) = (this.clone(), stop.clone());
         async move { this.schedule_loop(stop).await }
     };
-    tokio::join!(watch, events, schedule);
+    // A claim, volume, class or CSINode changed: waiting pods may fit.
+    let volume_events = {
+        let (this, stop) = (this.clone(), stop.clone());
+        let informers = &informers;
+        async move {
+            VolumeListers::watch(informers, &stop, || {
+                this.lock().queue.move_all(Instant::now());
+                this.wake.notify_one();
+            })
+            .await
+        }
+    };
+    tokio::join!(watch, events, schedule, volume_events);
+}
+
+/// Reserve at each plugin in order; on a failure, Unreserve at every one
+/// in reverse (upstream's `RunReservePluginsReserve`).
+fn reserve(profile: &Profile, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+    for plugin in &profile.reserve {
+        let status = plugin.reserve(state, pod, node);
+        if !status.is_success() {
+            unreserve(profile, state, pod, node);
+            return status.by(plugin.name());
+        }
+    }
+    Status::success()
+}
+
+fn unreserve(profile: &Profile, state: &mut CycleState, pod: &PodInfo, node: &str) {
+    for plugin in profile.reserve.iter().rev() {
+        plugin.unreserve(state, pod, node);
+    }
 }
 
 impl Loop {
@@ -245,7 +286,11 @@ impl Loop {
                 continue;
             };
             let info = Arc::new(PodInfo::new(pod.clone()));
-            let snapshot = self.lock().cache.snapshot();
+            let snapshot = self
+                .lock()
+                .cache
+                .snapshot()
+                .with_volumes(self.volumes.clone());
             let mut state = CycleState::default();
             match cycle::schedule(&profile, &mut state, &info, &snapshot, &mut start) {
                 Decision::Fit(chosen) => {
@@ -254,10 +299,22 @@ impl Loop {
                         permit = bindings.clone().acquire_owned() => permit,
                     };
                     let Ok(permit) = permit else { break };
+                    let reserved = reserve(&profile, &mut state, &info, &chosen.node);
+                    if !reserved.is_success() {
+                        self.lock().queue.backoff(&queued.key, Instant::now());
+                        self.recorder.event(
+                            &reference_to(&*pod),
+                            EventType::Warning,
+                            "FailedScheduling",
+                            "Scheduling",
+                            &reserved.message(),
+                        );
+                        continue;
+                    }
                     self.lock().cache.assume(info.clone(), &chosen.node);
                     let (this, profile) = (self.clone(), profile.clone());
                     tasks.spawn(async move {
-                        this.bind(&profile, &info, &chosen.node).await;
+                        this.bind(&profile, state, &info, &chosen.node).await;
                         drop(permit);
                     });
                 }
@@ -281,15 +338,25 @@ impl Loop {
         tasks.shutdown().await;
     }
 
-    /// The binding cycle: Bind (the first binder not skipping), then the
-    /// `Scheduled` event; on failure the assumption is forgotten and the
-    /// pod backs off.
-    async fn bind(&self, profile: &Profile, pod: &PodInfo, node: &str) {
-        let mut status = Status::error("no binder");
-        for binder in &profile.bind {
-            status = binder.bind(pod, node).await;
-            if status.code != Code::Skip {
+    /// The binding cycle: PreBind (volumes), Bind (the first binder not
+    /// skipping), then the `Scheduled` event; on failure what Reserve held
+    /// is freed, the assumption forgotten and the pod backs off.
+    async fn bind(&self, profile: &Profile, mut state: CycleState, pod: &PodInfo, node: &str) {
+        let mut status = Status::success();
+        for plugin in &profile.pre_bind {
+            let answer = plugin.pre_bind(&state, pod, node).await;
+            if !answer.is_success() && answer.code != Code::Skip {
+                status = answer.by(plugin.name());
                 break;
+            }
+        }
+        if status.is_success() {
+            status = Status::error("no binder");
+            for binder in &profile.bind {
+                status = binder.bind(pod, node).await;
+                if status.code != Code::Skip {
+                    break;
+                }
             }
         }
         let now = Instant::now();
@@ -308,6 +375,7 @@ impl Loop {
                 &format!("Successfully assigned {} to {node}", pod.key),
             );
         } else {
+            unreserve(profile, &mut state, pod, node);
             {
                 let mut shared = self.lock();
                 shared.cache.forget(&pod.key);

@@ -10,6 +10,7 @@
 //! (binding, preemption's deletions, status and events).
 
 pub mod types;
+pub mod volumes;
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 
 pub use types::{NodeInfo, PodInfo, Resource};
+pub use volumes::VolumeListers;
 
 /// The highest score a plugin gives a node (`MaxNodeScore`).
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -170,6 +172,8 @@ pub struct Snapshot {
     pub with_affinity_pods: Vec<usize>,
     /// How many nodes have each image (for ImageLocality's spread).
     pub image_nodes: Arc<HashMap<String, usize>>,
+    /// Claims, volumes, classes and CSINodes (the volume plugins' listers).
+    pub volumes: Arc<VolumeListers>,
 }
 
 impl Snapshot {
@@ -190,7 +194,14 @@ impl Snapshot {
             index,
             with_affinity_pods,
             image_nodes: Arc::default(),
+            volumes: VolumeListers::empty(),
         }
+    }
+
+    /// The same, reading volumes from `volumes`.
+    pub fn with_volumes(mut self, volumes: Arc<VolumeListers>) -> Self {
+        self.volumes = volumes;
+        self
     }
 
     /// The same, knowing how many nodes have each image.
@@ -301,6 +312,17 @@ pub trait Score: Plugin {
 pub trait Reserve: Plugin {
     fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
     fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str);
+}
+
+/// The IO a pod needs before its binding, done off the scheduling cycle
+/// (VolumeBinding writes its claims' bindings and waits for them).
+pub trait PreBind: Plugin {
+    fn pre_bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        pod: &'a PodInfo,
+        node: &'a str,
+    ) -> BoxFuture<'a, Status>;
 }
 
 /// The IO before and at binding, done off the scheduling cycle.

@@ -58,6 +58,26 @@ impl Default for Fit {
     }
 }
 
+impl Fit {
+    /// The plugin as its arguments configure it (defaults filled in).
+    pub fn from_args(args: &crate::config::args::FitArgs) -> Self {
+        let s = args.strategy();
+        let strategy = match s.type_.as_str() {
+            "MostAllocated" => Strategy::MostAllocated,
+            "RequestedToCapacityRatio" => Strategy::RequestedToCapacityRatio(
+                s.requested_to_capacity_ratio
+                    .map(|r| r.shape)
+                    .unwrap_or_default(),
+            ),
+            _ => Strategy::LeastAllocated,
+        };
+        Fit {
+            strategy,
+            resources: s.resources,
+        }
+    }
+}
+
 /// cpu and memory, weight 1 each.
 pub fn default_resources() -> Vec<ResourceWeight> {
     ["cpu", "memory"]

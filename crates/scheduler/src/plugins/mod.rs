@@ -10,8 +10,12 @@ pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod scheduling_gates;
 pub mod taint_toleration;
+pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 /// The queue's order: upstream's only QueueSort plugin (priority, then
 /// age), built into the queue.

@@ -17,8 +17,36 @@ pub const NAME: &str = "NodeAffinity";
 /// Upstream's `ErrReasonPod`.
 pub const REASON: &str = "node(s) didn't match Pod's node affinity/selector";
 
+/// The plugin, with the affinity its arguments add to every pod's
+/// (`addedAffinity`).
 #[derive(Debug, Default)]
-pub struct NodeAffinity;
+pub struct NodeAffinity {
+    added: Option<k8s_openapi::api::core::v1::NodeAffinity>,
+}
+
+impl NodeAffinity {
+    pub fn new(added: Option<k8s_openapi::api::core::v1::NodeAffinity>) -> Self {
+        NodeAffinity { added }
+    }
+
+    fn added_required(&self) -> Option<&[NodeSelectorTerm]> {
+        self.added
+            .as_ref()?
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .map(|r| r.node_selector_terms.as_slice())
+    }
+
+    fn added_preferred(&self) -> &[PreferredSchedulingTerm] {
+        self.added
+            .as_ref()
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_deref()
+            })
+            .unwrap_or_default()
+    }
+}
 
 impl Plugin for NodeAffinity {
     fn name(&self) -> &'static str {
@@ -74,7 +102,7 @@ impl PreFilter for NodeAffinity {
             .as_ref()
             .is_some_and(|s| !s.is_empty());
         let Some(terms) = required(pod) else {
-            if !has_selector {
+            if !has_selector && self.added_required().is_none() {
                 state.skip_filter(NAME);
             }
             return (PreFilterResult::default(), Status::success());
@@ -111,7 +139,10 @@ impl PreFilter for NodeAffinity {
 
 impl Filter for NodeAffinity {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        if matches(pod, node) {
+        let added_ok = self
+            .added_required()
+            .is_none_or(|terms| terms_match(terms, node.labels(), &node.name));
+        if added_ok && matches(pod, node) {
             Status::success()
         } else {
             Status::unresolvable(REASON)
@@ -127,7 +158,7 @@ impl PreScore for NodeAffinity {
         _: &[Arc<NodeInfo>],
         _: &Snapshot,
     ) -> Status {
-        if preferred(pod).is_empty() {
+        if preferred(pod).is_empty() && self.added_preferred().is_empty() {
             state.skip_score(NAME);
         }
         Status::success()
@@ -138,6 +169,7 @@ impl Score for NodeAffinity {
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
         preferred(pod)
             .iter()
+            .chain(self.added_preferred())
             .filter(|t| t.weight != 0 && term_matches(&t.preference, node.labels(), &node.name))
             .map(|t| i64::from(t.weight))
             .sum()
@@ -176,16 +208,28 @@ mod tests {
         let hdd = node("b", serde_json::json!({"disk": "hdd"}));
         let selected = pod(serde_json::json!({"nodeSelector": {"disk": "ssd"}}));
         let state = CycleState::default();
-        assert!(NodeAffinity.filter(&state, &selected, &ssd).is_success());
-        let status = NodeAffinity.filter(&state, &selected, &hdd);
+        assert!(
+            NodeAffinity::default()
+                .filter(&state, &selected, &ssd)
+                .is_success()
+        );
+        let status = NodeAffinity::default().filter(&state, &selected, &hdd);
         assert_eq!(status.reasons, [REASON]);
         let affine = pod(
             serde_json::json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1", "z2"]}]}
             ]}}}}),
         );
-        assert!(NodeAffinity.filter(&state, &affine, &ssd).is_success());
-        assert!(!NodeAffinity.filter(&state, &affine, &hdd).is_success());
+        assert!(
+            NodeAffinity::default()
+                .filter(&state, &affine, &ssd)
+                .is_success()
+        );
+        assert!(
+            !NodeAffinity::default()
+                .filter(&state, &affine, &hdd)
+                .is_success()
+        );
     }
 
     #[test]
@@ -195,8 +239,11 @@ mod tests {
                 {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}
             ]}}}}),
         );
-        let (result, status) =
-            NodeAffinity.pre_filter(&mut CycleState::default(), &by_name, &Snapshot::default());
+        let (result, status) = NodeAffinity::default().pre_filter(
+            &mut CycleState::default(),
+            &by_name,
+            &Snapshot::default(),
+        );
         assert!(status.is_success());
         assert_eq!(result.node_names, Some(vec!["n2".to_string()]));
     }
@@ -211,17 +258,17 @@ mod tests {
         );
         let state = CycleState::default();
         let scores = [
-            NodeAffinity.score(
+            NodeAffinity::default().score(
                 &state,
                 &p,
                 &node("a", serde_json::json!({"disk": "ssd", "zone": "z"})),
             ),
-            NodeAffinity.score(&state, &p, &node("b", serde_json::json!({"zone": "z"}))),
-            NodeAffinity.score(&state, &p, &node("c", serde_json::json!({}))),
+            NodeAffinity::default().score(&state, &p, &node("b", serde_json::json!({"zone": "z"}))),
+            NodeAffinity::default().score(&state, &p, &node("c", serde_json::json!({}))),
         ];
         assert_eq!(scores, [15, 5, 0]);
         let mut normalized = scores;
-        NodeAffinity.normalize(&state, &p, &mut normalized);
+        NodeAffinity::default().normalize(&state, &p, &mut normalized);
         assert_eq!(normalized, [100, 33, 0]);
     }
 }
