@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use crate::framework::{NodeInfo, PodInfo, Snapshot};
+use crate::framework::{Listers, NodeInfo, PodInfo, Snapshot};
 
 /// How long an assumed pod whose binding finished waits to be seen bound.
 pub const ASSUMED_POD_TTL: Duration = Duration::from_secs(30);
@@ -42,6 +42,7 @@ pub struct Cache {
     order: Vec<String>,
     pods: HashMap<String, PodState>,
     image_nodes: Arc<HashMap<String, usize>>,
+    listers: Arc<Listers>,
 }
 
 fn pod_key(pod: &Pod) -> String {
@@ -55,6 +56,15 @@ fn pod_key(pod: &Pod) -> String {
 impl Cache {
     pub fn new() -> Self {
         Cache::default()
+    }
+
+    /// Snapshots read namespaces, Services and controllers from `listers`.
+    pub fn set_listers(&mut self, listers: Arc<Listers>) {
+        self.listers = listers;
+    }
+
+    pub fn listers(&self) -> &Arc<Listers> {
+        &self.listers
     }
 
     fn entry(&mut self, name: &str) -> &mut Entry {
@@ -243,7 +253,9 @@ impl Cache {
             .filter(|e| e.present)
             .map(|e| e.info.clone())
             .collect();
-        Snapshot::new(nodes).with_images(self.image_nodes.clone())
+        Snapshot::new(nodes)
+            .with_images(self.image_nodes.clone())
+            .with_listers(self.listers.clone())
     }
 
     pub fn node_count(&self) -> usize {

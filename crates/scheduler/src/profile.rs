@@ -26,9 +26,10 @@ use crate::framework::{
     Bind, Filter, PostFilter, PreBind, PreEnqueue, PreFilter, PreScore, Reserve, Score,
 };
 use crate::plugins::{
-    PRIORITY_SORT, balanced, default_binder, fit, image_locality, node_affinity, node_name,
-    node_ports, node_unschedulable, node_volume_limits, scheduling_gates, taint_toleration,
-    volume_binding, volume_restrictions, volume_zone,
+    PRIORITY_SORT, balanced, default_binder, fit, image_locality, inter_pod_affinity,
+    node_affinity, node_name, node_ports, node_unschedulable, node_volume_limits,
+    pod_topology_spread, scheduling_gates, taint_toleration, volume_binding, volume_restrictions,
+    volume_zone,
 };
 
 /// Upstream's default scheduler name.
@@ -214,6 +215,29 @@ impl Profile {
                 let p = Arc::new(volume_zone::VolumeZone);
                 self.pre_filter.push(p.clone());
                 self.filter.push(p);
+            }
+            pod_topology_spread::NAME => {
+                let args = enabled.pod_topology_spread_args();
+                let p = Arc::new(pod_topology_spread::PodTopologySpread {
+                    default_constraints: args.constraints(),
+                    system_defaulted: args.defaulting_type != "List",
+                });
+                self.pre_filter.push(p.clone());
+                self.filter.push(p.clone());
+                self.pre_score.push(p.clone());
+                self.score.push((p, weight));
+            }
+            inter_pod_affinity::NAME => {
+                let args = enabled.inter_pod_affinity_args();
+                let p = Arc::new(inter_pod_affinity::InterPodAffinity {
+                    hard_pod_affinity_weight: args.hard_pod_affinity_weight,
+                    ignore_preferred_terms_of_existing_pods: args
+                        .ignore_preferred_terms_of_existing_pods,
+                });
+                self.pre_filter.push(p.clone());
+                self.filter.push(p.clone());
+                self.pre_score.push(p.clone());
+                self.score.push((p, weight));
             }
             balanced::NAME => {
                 let p = Arc::new(balanced::BalancedAllocation {

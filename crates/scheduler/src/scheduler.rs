@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cache::Cache;
 use crate::cycle::{self, Decision, FitError};
-use crate::framework::{Code, CycleState, PodInfo, Status};
+use crate::framework::{Code, CycleState, Listers, PodInfo, Status};
 use crate::profile::Profile;
 use crate::framework::VolumeListers;
 use crate::queue::{Backoff, Queue};
@@ -99,6 +99,8 @@ pub async fn run(
     });
     pods.wait_synced().await;
     nodes.wait_synced().await;
+    let listers = Listers::start(&informers).await;
+    this.lock().cache.set_listers(Arc::new(listers));
     this.resync(&nodes.store());
     let watch = {
         let (this, stop, nodes_store) = (this.clone(), stop.clone(), nodes.store());
@@ -184,6 +186,7 @@ impl Loop {
         let now = Instant::now();
         let mut shared = self.lock();
         let mut cache = Cache::new();
+        cache.set_listers(shared.cache.listers().clone());
         for node in nodes.list() {
             cache.set_node(node);
         }

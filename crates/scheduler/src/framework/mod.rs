@@ -9,6 +9,8 @@
 //! given the pod and the snapshot they decide; the scheduler does the IO
 //! (binding, preemption's deletions, status and events).
 
+pub mod affinity;
+pub mod listers;
 pub mod types;
 pub mod volumes;
 
@@ -19,6 +21,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 
+pub use listers::Listers;
 pub use types::{NodeInfo, PodInfo, Resource};
 pub use volumes::VolumeListers;
 
@@ -136,6 +139,19 @@ impl CycleState {
         self.entries.get(key)?.downcast_ref()
     }
 
+    /// Changes the entry `key`, if there is one (a copy: clones of this
+    /// state keep theirs).
+    pub fn modify<T: Any + Send + Sync + Clone>(
+        &mut self,
+        key: &'static str,
+        f: impl FnOnce(&mut T),
+    ) {
+        if let Some(mut value) = self.read::<T>(key).cloned() {
+            f(&mut value);
+            self.write(key, value);
+        }
+    }
+
     pub(crate) fn skip_filter(&mut self, plugin: &'static str) {
         self.skip_filter.push(plugin);
     }
@@ -172,6 +188,8 @@ pub struct Snapshot {
     pub with_affinity_pods: Vec<usize>,
     /// How many nodes have each image (for ImageLocality's spread).
     pub image_nodes: Arc<HashMap<String, usize>>,
+    /// Namespaces, Services and controllers (upstream's listers).
+    pub listers: Arc<Listers>,
     /// Claims, volumes, classes and CSINodes (the volume plugins' listers).
     pub volumes: Arc<VolumeListers>,
 }
@@ -194,6 +212,7 @@ impl Snapshot {
             index,
             with_affinity_pods,
             image_nodes: Arc::default(),
+            listers: Listers::empty(),
             volumes: VolumeListers::empty(),
         }
     }
@@ -201,6 +220,13 @@ impl Snapshot {
     /// The same, reading volumes from `volumes`.
     pub fn with_volumes(mut self, volumes: Arc<VolumeListers>) -> Self {
         self.volumes = volumes;
+        self
+    }
+
+    /// The same, reading namespaces, Services and controllers from
+    /// `listers`.
+    pub fn with_listers(mut self, listers: Arc<Listers>) -> Self {
+        self.listers = listers;
         self
     }
 

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use rudder_api::quantity::Quantity;
 
+use super::affinity::PodAffinityTerms;
+
 /// What upstream counts a container without a cpu request as, when
 /// scoring (`DefaultMilliCPURequest`).
 pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
@@ -212,12 +214,15 @@ pub struct PodInfo {
     pub requests: Resource,
     pub non_zero_requests: Resource,
     pub ports: Vec<HostPort>,
+    /// Its pod affinity and anti-affinity terms, parsed.
+    pub affinity: PodAffinityTerms,
 }
 
 impl PodInfo {
     pub fn new(pod: Arc<Pod>) -> Self {
         let (requests, non_zero_requests) = pod_requests(&pod);
         let ports = host_ports(&pod);
+        let affinity = PodAffinityTerms::new(&pod);
         let key = format!(
             "{}/{}",
             pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -229,6 +234,7 @@ impl PodInfo {
             requests,
             non_zero_requests,
             ports,
+            affinity,
         }
     }
 
