@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use rand::Rng;
 
-use crate::framework::{Code, CycleState, NodeInfo, PodInfo, Snapshot, Status};
+use crate::framework::{
+    Code, CycleState, Handle, NodeInfo, PodInfo, PostFilterResult, Snapshot, Status,
+};
 use crate::profile::Profile;
 
 /// Below this many nodes, all are looked at (`minFeasibleNodesToFind`).
@@ -91,7 +93,7 @@ impl FitError {
             }
         }
         if let Some(post) = &self.post_filter {
-            message.push_str(&format!(" {post}."));
+            message.push_str(&format!(" {post}"));
         }
         message
     }
@@ -196,7 +198,9 @@ pub fn schedule(
         .and_then(|s| s.nominated_node_name.as_deref())
         .and_then(|n| snapshot.get(n));
     if let Some(node) = nominated
-        && run_filters(profile, state, pod, node).is_success()
+        && profile
+            .filter_with_nominated(state, pod, node, snapshot.nominated_to(&node.name))
+            .is_success()
     {
         return Decision::Fit(Chosen {
             node: node.name.clone(),
@@ -213,7 +217,8 @@ pub fn schedule(
     while looked < count && feasible.len() < wanted {
         let node = walk((begin + looked) % count);
         looked += 1;
-        let status = run_filters(profile, state, pod, node);
+        let status =
+            profile.filter_with_nominated(state, pod, node, snapshot.nominated_to(&node.name));
         match status.code {
             Code::Success => feasible.push(node.clone()),
             Code::Error => return Decision::Error(status.message()),
@@ -274,6 +279,97 @@ pub fn run_filters(
         }
     }
     Status::success()
+}
+
+impl Handle for Profile {
+    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &PodInfo, node: &NodeInfo) {
+        for plugin in &self.pre_filter {
+            if !state.skips_filter(plugin.name()) {
+                plugin.add_pod(state, pod, added, node);
+            }
+        }
+    }
+
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        removed: &PodInfo,
+        node: &NodeInfo,
+    ) {
+        for plugin in &self.pre_filter {
+            if !state.skips_filter(plugin.name()) {
+                plugin.remove_pod(state, pod, removed, node);
+            }
+        }
+    }
+
+    /// Twice when pods of the same or higher priority are nominated to the
+    /// node: once with them counted as if there (the pod must not take the
+    /// room freed for them), then without (they may land elsewhere, and
+    /// some filters, pod affinity, pass only without them). No copy is
+    /// made when none is nominated.
+    fn filter_with_nominated(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &[Arc<PodInfo>],
+    ) -> Status {
+        let mut ahead = nominated
+            .iter()
+            .filter(|n| n.key != pod.key && n.priority() >= pod.priority())
+            .peekable();
+        if ahead.peek().is_none() {
+            return run_filters(self, state, pod, node);
+        }
+        let (mut with_state, mut with_node) = (state.clone_state(), node.clone());
+        for added in ahead {
+            with_node.add_pod(added.clone());
+            self.add_pod(&mut with_state, pod, added, &with_node);
+        }
+        let status = run_filters(self, &with_state, pod, &with_node);
+        if !status.is_success() {
+            return status;
+        }
+        run_filters(self, state, pod, node)
+    }
+}
+
+/// Each PostFilter plugin until one succeeds or gives up for good
+/// (upstream's `RunPostFilterPlugins`): the reasons of those that could
+/// not help are joined, and the last nomination one made is kept.
+pub fn run_post_filter(
+    profile: &Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    statuses: &HashMap<String, Status>,
+) -> (PostFilterResult, Status) {
+    let mut kept = PostFilterResult::default();
+    let mut reasons = Vec::new();
+    let mut rejector = "";
+    for plugin in &profile.post_filter {
+        let (result, status) = plugin.post_filter(profile, state, pod, snapshot, statuses);
+        match status.code {
+            Code::Unschedulable => {
+                if result.nominated_node.is_some() {
+                    kept = result;
+                }
+                reasons.extend(status.reasons);
+                if rejector.is_empty() {
+                    rejector = plugin.name();
+                }
+            }
+            _ => return (result, status.by(plugin.name())),
+        }
+    }
+    let status = Status {
+        code: Code::Unschedulable,
+        reasons,
+        plugin: rejector,
+    };
+    (kept, status)
 }
 
 /// PreScore, then each Score plugin's normalized scores times its weight,
@@ -366,7 +462,7 @@ mod tests {
         let error = FitError {
             all_nodes: 3,
             statuses,
-            post_filter: Some("preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling".into()),
+            post_filter: Some("preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling.".into()),
             ..Default::default()
         };
         assert_eq!(

@@ -25,6 +25,7 @@ use crate::config::{ConfigError, Configuration, PluginArgs, Point, ProfileConfig
 use crate::framework::{
     Bind, Filter, PostFilter, PreBind, PreEnqueue, PreFilter, PreScore, Reserve, Score,
 };
+use crate::plugins::default_preemption;
 use crate::plugins::{
     PRIORITY_SORT, balanced, default_binder, fit, image_locality, inter_pod_affinity,
     node_affinity, node_name, node_ports, node_unschedulable, node_volume_limits,
@@ -249,6 +250,15 @@ impl Profile {
             image_locality::NAME => {
                 self.score
                     .push((Arc::new(image_locality::ImageLocality), weight));
+            }
+            default_preemption::NAME => {
+                let args = enabled.default_preemption_args();
+                let count = |n: i32| usize::try_from(n).unwrap_or(0);
+                self.post_filter
+                    .push(Arc::new(default_preemption::DefaultPreemption {
+                        min_candidate_nodes_percentage: count(args.min_candidate_nodes_percentage),
+                        min_candidate_nodes_absolute: count(args.min_candidate_nodes_absolute),
+                    }));
             }
             default_binder::NAME => {
                 if let Some(client) = client {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Client, ResourceExt};
 use rudder_runtime::events::reference_to;
 use rudder_runtime::informer::{Store, key_of};
@@ -23,10 +23,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cache::Cache;
 use crate::cycle::{self, Decision, FitError};
-use crate::framework::{Code, CycleState, Listers, PodInfo, Status};
-use crate::profile::Profile;
 use crate::framework::VolumeListers;
+use crate::framework::{Code, CycleState, Listers, PodInfo, Status};
+use crate::framework::{PostFilterResult, Snapshot};
+use crate::nominator::{Nominator, nominated_node_name};
+use crate::profile::Profile;
 use crate::queue::{Backoff, Queue};
+
+mod preempt;
 
 /// Bindings in flight at once.
 const MAX_BINDINGS: usize = 64;
@@ -35,6 +39,7 @@ const MAX_BINDINGS: usize = 64;
 struct Shared {
     cache: Cache,
     queue: Queue,
+    nominator: Nominator,
 }
 
 pub(crate) struct Loop {
@@ -44,6 +49,7 @@ pub(crate) struct Loop {
     wake: Notify,
     recorder: Recorder,
     pods: Store<Pod>,
+    pdbs: Store<PodDisruptionBudget>,
     volumes: Arc<VolumeListers>,
 }
 
@@ -79,6 +85,7 @@ pub async fn run(
     let informers = Informers::new(client.clone(), stop.clone());
     let pods = informers.typed::<Pod>();
     let nodes = informers.typed::<Node>();
+    let pdbs = informers.typed::<PodDisruptionBudget>();
     let volumes = Arc::new(VolumeListers::start(&informers).await);
     let (mut pod_changes, mut node_changes) = (pods.subscribe(), nodes.subscribe());
     let clock = rudder_runtime::clock::system();
@@ -92,13 +99,16 @@ pub async fn run(
         shared: Mutex::new(Shared {
             cache: Cache::new(),
             queue: Queue::with_backoff(backoff),
+            nominator: Nominator::new(),
         }),
         wake: Notify::new(),
         pods: pods.store(),
+        pdbs: pdbs.store(),
         volumes,
     });
     pods.wait_synced().await;
     nodes.wait_synced().await;
+    pdbs.wait_synced().await;
     let listers = Listers::start(&informers).await;
     this.lock().cache.set_listers(Arc::new(listers));
     this.resync(&nodes.store());
@@ -186,6 +196,7 @@ impl Loop {
         let now = Instant::now();
         let mut shared = self.lock();
         let mut cache = Cache::new();
+        let mut nominator = Nominator::new();
         cache.set_listers(shared.cache.listers().clone());
         for node in nodes.list() {
             cache.set_node(node);
@@ -195,9 +206,15 @@ impl Loop {
                 cache.set_pod(pod);
             } else if self.wants(&pod) {
                 let gated = self.gated(&pod);
-                shared.queue.add(pod.clone(), key_of(&*pod), now, gated);
+                let key = key_of(&*pod);
+                let node = nominated_node_name(&pod).or(shared.nominator.node_of(&key));
+                if let Some(node) = node.map(str::to_string) {
+                    nominator.add(Arc::new(PodInfo::new(pod.clone())), &node);
+                }
+                shared.queue.add(pod.clone(), key, now, gated);
             }
         }
+        shared.nominator = nominator;
         shared.cache = cache;
         shared.queue.move_all(now);
         drop(shared);
@@ -223,9 +240,14 @@ impl Loop {
     fn pod_changed(&self, change: Change<Pod>, nodes: &Store<Node>) {
         let now = Instant::now();
         match change {
-            Change::Applied { new, .. } => {
+            Change::Applied { old, new } => {
                 let key = key_of(&*new);
                 let mut shared = self.lock();
+                if !self.wants(&new) || shared.cache.is_assumed(&key) {
+                    shared.nominator.remove(&key);
+                } else {
+                    shared.nominator.update(old.as_deref(), &new, &key);
+                }
                 if is_assigned(&new) {
                     shared.queue.remove(&key);
                     if is_terminal(&new) {
@@ -244,6 +266,7 @@ impl Loop {
             Change::Deleted(gone) => {
                 let mut shared = self.lock();
                 shared.queue.remove(&key_of(&*gone));
+                shared.nominator.remove(&key_of(&*gone));
                 if is_assigned(&gone) {
                     shared.cache.remove_pod(&gone);
                     shared.queue.move_all(now);
@@ -289,11 +312,15 @@ impl Loop {
                 continue;
             };
             let info = Arc::new(PodInfo::new(pod.clone()));
-            let snapshot = self
-                .lock()
-                .cache
-                .snapshot()
-                .with_volumes(self.volumes.clone());
+            let snapshot = {
+                let mut shared = self.lock();
+                let nominated = shared.nominator.by_node();
+                shared
+                    .cache
+                    .snapshot()
+                    .with_nominated(nominated)
+                    .with_volumes(self.volumes.clone())
+            };
             let mut state = CycleState::default();
             match cycle::schedule(&profile, &mut state, &info, &snapshot, &mut start) {
                 Decision::Fit(chosen) => {
@@ -314,16 +341,20 @@ impl Loop {
                         );
                         continue;
                     }
-                    self.lock().cache.assume(info.clone(), &chosen.node);
+                    {
+                        let mut shared = self.lock();
+                        shared.cache.assume(info.clone(), &chosen.node);
+                        shared.nominator.remove(&info.key);
+                    }
                     let (this, profile) = (self.clone(), profile.clone());
                     tasks.spawn(async move {
                         this.bind(&profile, state, &info, &chosen.node).await;
                         drop(permit);
                     });
                 }
-                Decision::NoFit(error) => {
-                    drop(snapshot);
-                    self.unschedulable(&profile, &state, &info, *error).await;
+                Decision::NoFit(mut error) => {
+                    let preemption = self.post_filter(&profile, &state, &info, snapshot, &error);
+                    self.unschedulable(&info, &mut error, preemption).await;
                 }
                 Decision::Error(message) => {
                     tracing::warn!(pod = %queued.key, %message, "scheduling failed");
@@ -396,35 +427,72 @@ impl Loop {
         }
     }
 
-    /// No node fit: PostFilter (preemption) may nominate a node and evict
-    /// victims; then the pod waits, with its condition and an event saying
-    /// why.
-    async fn unschedulable(
+    /// No node fit: PostFilter (preemption), on the cycle's snapshot with
+    /// the PodDisruptionBudgets. A PreFilter's rejection stands for every
+    /// node, as upstream.
+    fn post_filter(
         &self,
         profile: &Profile,
         state: &CycleState,
         pod: &PodInfo,
-        mut error: FitError,
+        snapshot: Snapshot,
+        error: &FitError,
+    ) -> Option<(PostFilterResult, Status)> {
+        if profile.post_filter.is_empty() {
+            return None;
+        }
+        let pdbs: Vec<Arc<PodDisruptionBudget>> = self.pdbs.list();
+        let snapshot = snapshot.with_pdbs(Arc::new(pdbs));
+        let every_node;
+        let statuses = match &error.pre_filter {
+            Some(status) => {
+                every_node = snapshot
+                    .nodes
+                    .iter()
+                    .map(|n| (n.name.clone(), status.clone()))
+                    .collect();
+                &every_node
+            }
+            None => &error.statuses,
+        };
+        Some(cycle::run_post_filter(
+            profile, state, pod, &snapshot, statuses,
+        ))
+    }
+
+    /// Then: the victims are evicted and the pod nominated (or its
+    /// nomination cleared), and it waits, with its condition and an event
+    /// saying why.
+    async fn unschedulable(
+        &self,
+        pod: &PodInfo,
+        error: &mut FitError,
+        preemption: Option<(PostFilterResult, Status)>,
     ) {
-        let mut nominated = None;
-        if !profile.post_filter.is_empty() {
-            let snapshot = self.lock().cache.snapshot();
-            for plugin in &profile.post_filter {
-                let (result, status) = plugin.post_filter(state, pod, &snapshot, &error.statuses);
-                if !status.reasons.is_empty() {
-                    error.post_filter = Some(status.message());
-                }
-                if status.is_success() {
-                    nominated = result.nominated_node.clone();
-                    for victim in &result.victims {
-                        self.evict(victim, pod).await;
-                    }
-                    break;
-                }
+        let mut nomination = None;
+        if let Some((result, status)) = preemption {
+            if !status.reasons.is_empty() {
+                error.post_filter = Some(status.message());
+            }
+            nomination = result.nominated_node;
+            if status.is_success()
+                && let Some(node) = nomination.as_deref().filter(|n| !n.is_empty())
+                && let Err(failed) = self.prepare_candidate(pod, node, &result.victims).await
+            {
+                error.post_filter = Some(format!("preemption: {failed}"));
+                nomination = None;
             }
         }
         let message = error.message();
-        self.lock().queue.unschedulable(&pod.key, Instant::now());
+        {
+            let mut shared = self.lock();
+            match nomination.as_deref() {
+                Some("") => shared.nominator.remove(&pod.key),
+                Some(node) => shared.nominator.add(Arc::new(pod.clone()), node),
+                None => {}
+            }
+            shared.queue.unschedulable(&pod.key, Instant::now());
+        }
         self.recorder.event(
             &reference_to(&*pod.pod),
             EventType::Warning,
@@ -432,42 +500,12 @@ impl Loop {
             "Scheduling",
             &message,
         );
-        self.set_condition(pod, &message, nominated.as_deref())
+        self.set_condition(pod, &message, nomination.as_deref())
             .await;
-    }
-
-    /// Deletes a preemption victim gracefully, marking it with the
-    /// `DisruptionTarget` condition first, as upstream.
-    async fn evict(&self, victim: &PodInfo, preemptor: &PodInfo) {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), victim.namespace());
-        let name = victim.pod.name_any();
-        let condition = json!({"status": {"conditions": [{
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": "PreemptionByScheduler",
-            "message": format!("default-scheduler: preempting to accommodate a higher priority pod"),
-            "lastTransitionTime": rudder_api::time::format_rfc3339(rudder_api::time::unix_seconds(std::time::SystemTime::now())),
-        }]}});
-        let _ = api
-            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(condition))
-            .await;
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => self.recorder.event(
-                &reference_to(&*victim.pod),
-                EventType::Normal,
-                "Preempted",
-                "Preempting",
-                &format!(
-                    "Preempted by pod {}",
-                    preemptor.pod.metadata.uid.as_deref().unwrap_or_default()
-                ),
-            ),
-            Err(e) => tracing::warn!(victim = %victim.key, error = %e, "could not preempt"),
-        }
     }
 
     /// Writes `PodScheduled=False` (reason `Unschedulable`) and the
-    /// nominated node, unless the pod already says so.
+    /// nominated node (`Some("")`: none), unless the pod already says so.
     async fn set_condition(&self, pod: &PodInfo, message: &str, nominated: Option<&str>) {
         let status = pod.pod.status.as_ref();
         let current = status
@@ -478,8 +516,12 @@ impl Loop {
                 && c.reason.as_deref() == Some("Unschedulable")
                 && c.message.as_deref() == Some(message)
         });
-        let same_nomination = nominated.is_none()
-            || status.and_then(|s| s.nominated_node_name.as_deref()) == nominated;
+        let same_nomination = nominated.is_none_or(|n| {
+            status
+                .and_then(|s| s.nominated_node_name.as_deref())
+                .unwrap_or_default()
+                == n
+        });
         if same_condition && same_nomination {
             return;
         }
@@ -502,18 +544,12 @@ impl Loop {
             "lastProbeTime": null,
             "lastTransitionTime": transition,
         }]}});
-        if let Some(node) = nominated {
-            patch["status"]["nominatedNodeName"] = json!(node);
+        match nominated {
+            Some("") if !same_nomination => patch["status"]["nominatedNodeName"] = json!(null),
+            Some(node) if !node.is_empty() => patch["status"]["nominatedNodeName"] = json!(node),
+            _ => {}
         }
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
-        if let Err(error) = api
-            .patch_status(
-                &pod.pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(patch),
-            )
-            .await
-        {
+        if let Err(error) = self.patch_status(pod, patch).await {
             tracing::debug!(pod = %pod.key, %error, "could not write PodScheduled");
         }
     }

@@ -6,74 +6,13 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Client;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
-use rudder_harness::{ControlPlane, eventually};
-use rudder_scheduler::{Options, Scheduler};
+use rudder_harness::eventually;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
-async fn add_node(
-    client: &Client,
-    name: &str,
-    cpu: &str,
-    labels: serde_json::Value,
-    taints: serde_json::Value,
-) {
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"taints": taints},
-        "status": {
-            "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
-            "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }))
-    .expect("node");
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .expect("create node");
-}
-
-fn pod(name: &str, cpu: &str, extra: serde_json::Value) -> Pod {
-    let mut spec = json!({"containers": [{"name": "c", "image": "busybox:1",
-        "resources": {"requests": {"cpu": cpu}}}]});
-    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-        spec.extend(extra.clone());
-    }
-    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pod")
-}
-
-fn node_of(p: &Pod) -> Option<String> {
-    p.spec.as_ref().and_then(|s| s.node_name.clone())
-}
-
-struct Running {
-    plane: ControlPlane,
-    stop: CancellationToken,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn start() -> Running {
-    let plane = ControlPlane::start().await;
-    let stop = CancellationToken::new();
-    let scheduler = Scheduler::new(
-        plane.client(&rudder_harness::Identity::scheduler()),
-        Options {
-            lease: None,
-            ..Options::default()
-        },
-    );
-    tokio::spawn(scheduler.run(stop.clone()));
-    Running { plane, stop }
-}
+mod support;
+use support::{add_node, node_of, pod, start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_are_bound_where_they_fit_and_spread_by_score() {
@@ -167,7 +106,9 @@ async fn a_pod_that_fits_nowhere_says_why_and_is_bound_when_a_node_fits() {
     .await;
     assert_eq!(
         message,
-        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: v}."
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {k: v}. \
+         preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, \
+         1 Preemption is not helpful for scheduling."
     );
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(admin.clone(), "default");

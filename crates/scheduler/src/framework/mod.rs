@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 pub use listers::Listers;
 pub use types::{NodeInfo, PodInfo, Resource};
@@ -188,6 +189,11 @@ pub struct Snapshot {
     pub with_affinity_pods: Vec<usize>,
     /// How many nodes have each image (for ImageLocality's spread).
     pub image_nodes: Arc<HashMap<String, usize>>,
+    /// The pods nominated to each node (preemptors waiting for their
+    /// victims to go), by node name.
+    pub nominated: Arc<HashMap<String, Vec<Arc<PodInfo>>>>,
+    /// The PodDisruptionBudgets preemption respects.
+    pub pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
     /// Namespaces, Services and controllers (upstream's listers).
     pub listers: Arc<Listers>,
     /// Claims, volumes, classes and CSINodes (the volume plugins' listers).
@@ -212,6 +218,8 @@ impl Snapshot {
             index,
             with_affinity_pods,
             image_nodes: Arc::default(),
+            nominated: Arc::default(),
+            pdbs: Arc::default(),
             listers: Listers::empty(),
             volumes: VolumeListers::empty(),
         }
@@ -228,6 +236,23 @@ impl Snapshot {
     pub fn with_listers(mut self, listers: Arc<Listers>) -> Self {
         self.listers = listers;
         self
+    }
+
+    /// The same, knowing the pods nominated to each node.
+    pub fn with_nominated(mut self, nominated: Arc<HashMap<String, Vec<Arc<PodInfo>>>>) -> Self {
+        self.nominated = nominated;
+        self
+    }
+
+    /// The same, with the PodDisruptionBudgets.
+    pub fn with_pdbs(mut self, pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>) -> Self {
+        self.pdbs = pdbs;
+        self
+    }
+
+    /// The pods nominated to `node`.
+    pub fn nominated_to(&self, node: &str) -> &[Arc<PodInfo>] {
+        self.nominated.get(node).map_or(&[], Vec::as_slice)
     }
 
     /// The same, knowing how many nodes have each image.
@@ -299,16 +324,37 @@ pub trait Filter: Plugin {
 /// What preemption (or any PostFilter) decided.
 #[derive(Debug, Clone, Default)]
 pub struct PostFilterResult {
-    /// The node the pod is nominated to, once victims are gone.
+    /// The node the pod is nominated to, once victims are gone;
+    /// `Some("")` clears its nomination (upstream's `ModeOverride` with
+    /// no node), `None` leaves it as it is.
     pub nominated_node: Option<String>,
     /// The pods to evict for it.
     pub victims: Vec<Arc<PodInfo>>,
+}
+
+/// What a plugin may run of its profile's other plugins (upstream's
+/// `framework.Handle`): preemption tries nodes with pods taken away.
+pub trait Handle {
+    /// Each PreFilter plugin's `add_pod` (those not skipped this cycle).
+    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, added: &PodInfo, node: &NodeInfo);
+    /// Each PreFilter plugin's `remove_pod`.
+    fn remove_pod(&self, state: &mut CycleState, pod: &PodInfo, removed: &PodInfo, node: &NodeInfo);
+    /// The Filter plugins on `node`, counting the pods `nominated` to it
+    /// (upstream's `RunFilterPluginsWithNominatedPods`).
+    fn filter_with_nominated(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        nominated: &[Arc<PodInfo>],
+    ) -> Status;
 }
 
 /// When no node fits: may make room (preemption).
 pub trait PostFilter: Plugin {
     fn post_filter(
         &self,
+        handle: &dyn Handle,
         state: &CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,

@@ -251,6 +251,11 @@ impl PodInfo {
             .unwrap_or_else(|| EMPTY.get_or_init(Default::default))
     }
 
+    /// `spec.priority`, 0 when unset (upstream's `PodPriority`).
+    pub fn priority(&self) -> i32 {
+        self.spec().priority.unwrap_or(0)
+    }
+
     /// Whether the pod has pod affinity or anti-affinity terms.
     pub fn has_pod_affinity(&self) -> bool {
         self.spec()

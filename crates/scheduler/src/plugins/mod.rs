@@ -3,6 +3,7 @@
 
 pub mod balanced;
 pub mod default_binder;
+pub mod default_preemption;
 pub mod fit;
 pub mod helpers;
 pub mod image_locality;
