@@ -250,10 +250,15 @@ impl Controller {
         let Ok(body) = serde_json::from_value::<ResourceQuota>(updated) else {
             return Ok(Action::Done);
         };
+        let first_count = q.status.as_ref().and_then(|s| s.used.as_ref()).is_none();
         match api
             .replace_status(&q.name_any(), &PostParams::default(), &body)
             .await
         {
+            // A new quota is counted once more shortly after: objects
+            // created just before it may not have reached the caches yet,
+            // and nothing else would recount them before the resync.
+            Ok(_) if first_count => Ok(Action::RequeueAfter(Duration::from_secs(1))),
             Ok(_) => Ok(Action::Done),
             // Charged by admission meanwhile, or gone: count again.
             Err(e) if is_status(&e, 409) => Ok(Action::RequeueAfter(Duration::ZERO)),

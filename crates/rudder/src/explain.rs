@@ -10,7 +10,7 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use rudder_scheduler::cache::Cache;
-use rudder_scheduler::framework::PodInfo;
+use rudder_scheduler::framework::{Listers, PodInfo, VolumeListers};
 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
@@ -70,10 +70,18 @@ pub async fn run(args: ExplainArgs) -> anyhow::Result<()> {
             cache.set_pod(Arc::new(p));
         }
     }
+    // What some plugins read beside nodes and pods: namespaces' labels,
+    // the Services and controllers selecting a pod, volumes and claims.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let informers = rudder_runtime::Informers::new(client.clone(), stop.clone());
+    cache.set_listers(Arc::new(Listers::start(&informers).await));
+    let volumes = Arc::new(VolumeListers::start(&informers).await);
+    let snapshot = cache.snapshot().with_volumes(volumes);
+    stop.cancel();
     let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
     let profile = rudder_scheduler::Profile::default_profile(None);
     let explanation =
-        rudder_scheduler::explain::explain(&profile, &PodInfo::new(Arc::new(pod)), &cache.snapshot());
+        rudder_scheduler::explain::explain(&profile, &PodInfo::new(Arc::new(pod)), &snapshot);
     if let Some(node) = bound {
         println!("{key} is bound to {node}; as the cluster stands now:");
     }

@@ -43,6 +43,11 @@ pub struct Cache {
     pods: HashMap<String, PodState>,
     image_nodes: Arc<HashMap<String, usize>>,
     listers: Arc<Listers>,
+    /// The present nodes' infos in `order`, and each one's position: what
+    /// a snapshot copies (pointers only), kept up to date on every change
+    /// so a cycle pays no lookup per node.
+    list: Vec<Arc<NodeInfo>>,
+    index: Arc<HashMap<String, usize>>,
 }
 
 fn pod_key(pod: &Pod) -> String {
@@ -115,6 +120,36 @@ impl Cache {
         let entry = self.entry(&name);
         entry.info = fresh;
         entry.present = true;
+        if was_present {
+            self.refresh(&name);
+        } else {
+            self.rebuild();
+        }
+    }
+
+    /// Puts a node's changed info in the list snapshots copy.
+    fn refresh(&mut self, name: &str) {
+        if let (Some(&at), Some(entry)) = (self.index.get(name), self.nodes.get(name)) {
+            self.list[at] = entry.info.clone();
+        }
+    }
+
+    /// Rebuilds the list and positions after nodes came or went.
+    fn rebuild(&mut self) {
+        self.list = self
+            .order
+            .iter()
+            .filter_map(|name| self.nodes.get(name))
+            .filter(|e| e.present)
+            .map(|e| e.info.clone())
+            .collect();
+        self.index = Arc::new(
+            self.list
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.clone(), i))
+                .collect(),
+        );
     }
 
     /// A Node deleted: its pods stay counted until they go.
@@ -136,11 +171,13 @@ impl Cache {
         } else if let Some(entry) = self.nodes.get_mut(name) {
             entry.present = false;
         }
+        self.rebuild();
     }
 
     fn add_to_node(&mut self, node: &str, pod: Arc<PodInfo>) {
         let entry = self.entry(node);
         Arc::make_mut(&mut entry.info).add_pod(pod);
+        self.refresh(node);
     }
 
     fn remove_from_node(&mut self, node: &str, key: &str) {
@@ -152,6 +189,7 @@ impl Cache {
             self.nodes.remove(node);
             self.order.retain(|n| n != node);
         }
+        self.refresh(node);
     }
 
     /// Counts `pod` on `node` before it is bound (Reserve).
@@ -246,14 +284,7 @@ impl Cache {
 
     /// The nodes that exist, with their pods, for one cycle.
     pub fn snapshot(&self) -> Snapshot {
-        let nodes = self
-            .order
-            .iter()
-            .filter_map(|name| self.nodes.get(name))
-            .filter(|e| e.present)
-            .map(|e| e.info.clone())
-            .collect();
-        Snapshot::new(nodes)
+        Snapshot::indexed(self.list.clone(), self.index.clone())
             .with_images(self.image_nodes.clone())
             .with_listers(self.listers.clone())
     }

@@ -82,7 +82,10 @@ pub fn explain(profile: &Profile, pod: &PodInfo, snapshot: &Snapshot) -> Explana
     let mut feasible: Vec<Arc<NodeInfo>> = Vec::new();
     for node in &snapshot.nodes {
         let mut filters = Vec::new();
-        if allowed.as_ref().is_some_and(|names| !names.contains(&node.name)) {
+        if allowed
+            .as_ref()
+            .is_some_and(|names| !names.contains(&node.name))
+        {
             filters.push((
                 "PreFilter",
                 Status::unresolvable("node(s) didn't satisfy the pod's PreFilter plugins"),
@@ -198,7 +201,11 @@ mod tests {
     use super::*;
     use crate::cache::Cache;
 
-    fn node(name: &str, cpu: &str, taints: serde_json::Value) -> Arc<k8s_openapi::api::core::v1::Node> {
+    fn node(
+        name: &str,
+        cpu: &str,
+        taints: serde_json::Value,
+    ) -> Arc<k8s_openapi::api::core::v1::Node> {
         Arc::new(
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name},
@@ -214,7 +221,11 @@ mod tests {
         let mut cache = Cache::new();
         cache.set_node(node("a", "1", serde_json::json!([])));
         cache.set_node(node("b", "4", serde_json::json!([])));
-        cache.set_node(node("c", "4", serde_json::json!([{"key": "k", "value": "v", "effect": "NoSchedule"}])));
+        cache.set_node(node(
+            "c",
+            "4",
+            serde_json::json!([{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+        ));
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]},
@@ -223,12 +234,23 @@ mod tests {
         let info = PodInfo::new(Arc::new(pod));
         let e = explain(&Profile::default_profile(None), &info, &cache.snapshot());
         let text = e.to_string();
-        assert!(text.starts_with("Pod default/p (scheduler default-scheduler): 1/3 nodes fit"), "{text}");
+        assert!(
+            text.starts_with("Pod default/p (scheduler default-scheduler): 1/3 nodes fit"),
+            "{text}"
+        );
         assert!(text.contains("  b: fits, score"), "{text}");
-        assert!(text.contains("NodeResourcesFit: Insufficient cpu"), "{text}");
+        assert!(
+            text.contains("NodeResourcesFit: Insufficient cpu"),
+            "{text}"
+        );
         // Node c fails the taint and nothing else: every filter was run.
         let c = e.nodes.iter().find(|n| n.node == "c").expect("c");
-        let rejected: Vec<&str> = c.filters.iter().filter(|(_, s)| !s.is_success()).map(|(p, _)| *p).collect();
+        let rejected: Vec<&str> = c
+            .filters
+            .iter()
+            .filter(|(_, s)| !s.is_success())
+            .map(|(p, _)| *p)
+            .collect();
         assert_eq!(rejected, ["TaintToleration"]);
     }
 }

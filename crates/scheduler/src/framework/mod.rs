@@ -184,29 +184,37 @@ impl CycleState {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub nodes: Vec<Arc<NodeInfo>>,
-    index: HashMap<String, usize>,
+    index: Arc<HashMap<String, usize>>,
     /// The nodes with a pod that has pod affinity or anti-affinity terms.
     pub with_affinity_pods: Vec<usize>,
     /// How many nodes have each image (for ImageLocality's spread).
     pub image_nodes: Arc<HashMap<String, usize>>,
+    /// Claims, volumes, classes and CSINodes (the volume plugins' listers).
+    pub volumes: Arc<VolumeListers>,
+    /// Namespaces, Services and controllers (upstream's listers).
+    pub listers: Arc<Listers>,
     /// The pods nominated to each node (preemptors waiting for their
     /// victims to go), by node name.
     pub nominated: Arc<HashMap<String, Vec<Arc<PodInfo>>>>,
     /// The PodDisruptionBudgets preemption respects.
     pub pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
-    /// Namespaces, Services and controllers (upstream's listers).
-    pub listers: Arc<Listers>,
-    /// Claims, volumes, classes and CSINodes (the volume plugins' listers).
-    pub volumes: Arc<VolumeListers>,
 }
 
 impl Snapshot {
     pub fn new(nodes: Vec<Arc<NodeInfo>>) -> Self {
-        let index = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
-            .collect();
+        let index = Arc::new(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.clone(), i))
+                .collect(),
+        );
+        Snapshot::indexed(nodes, index)
+    }
+
+    /// The same, with the positions of the nodes by name already known
+    /// (the cache keeps them between cycles).
+    pub fn indexed(nodes: Vec<Arc<NodeInfo>>, index: Arc<HashMap<String, usize>>) -> Self {
         let with_affinity_pods = nodes
             .iter()
             .enumerate()
@@ -218,24 +226,11 @@ impl Snapshot {
             index,
             with_affinity_pods,
             image_nodes: Arc::default(),
+            volumes: VolumeListers::empty(),
+            listers: Listers::empty(),
             nominated: Arc::default(),
             pdbs: Arc::default(),
-            listers: Listers::empty(),
-            volumes: VolumeListers::empty(),
         }
-    }
-
-    /// The same, reading volumes from `volumes`.
-    pub fn with_volumes(mut self, volumes: Arc<VolumeListers>) -> Self {
-        self.volumes = volumes;
-        self
-    }
-
-    /// The same, reading namespaces, Services and controllers from
-    /// `listers`.
-    pub fn with_listers(mut self, listers: Arc<Listers>) -> Self {
-        self.listers = listers;
-        self
     }
 
     /// The same, knowing the pods nominated to each node.
@@ -253,6 +248,19 @@ impl Snapshot {
     /// The pods nominated to `node`.
     pub fn nominated_to(&self, node: &str) -> &[Arc<PodInfo>] {
         self.nominated.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// The same, reading namespaces, Services and controllers from
+    /// `listers`.
+    pub fn with_listers(mut self, listers: Arc<Listers>) -> Self {
+        self.listers = listers;
+        self
+    }
+
+    /// The same, reading volumes from `volumes`.
+    pub fn with_volumes(mut self, volumes: Arc<VolumeListers>) -> Self {
+        self.volumes = volumes;
+        self
     }
 
     /// The same, knowing how many nodes have each image.
