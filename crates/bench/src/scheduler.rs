@@ -114,22 +114,28 @@ async fn create_all<K>(api: &Api<K>, objects: Vec<Value>) -> anyhow::Result<Vec<
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    let results: Vec<anyhow::Result<Instant>> = futures::stream::iter(objects.into_iter().map(|o| {
-        let api = api.clone();
-        async move {
-            let object: K = serde_json::from_value(o)?;
-            api.create(&PostParams::default(), &object).await?;
-            Ok(Instant::now())
-        }
-    }))
-    .buffered(CLIENTS)
-    .collect()
-    .await;
+    let results: Vec<anyhow::Result<Instant>> =
+        futures::stream::iter(objects.into_iter().map(|o| {
+            let api = api.clone();
+            async move {
+                let object: K = serde_json::from_value(o)?;
+                api.create(&PostParams::default(), &object).await?;
+                Ok(Instant::now())
+            }
+        }))
+        .buffered(CLIENTS)
+        .collect()
+        .await;
     results.into_iter().collect()
 }
 
 /// Records when each pod of `namespace` is first seen bound.
-fn watch_bound(pods: Api<Pod>) -> (Arc<Mutex<HashMap<String, Instant>>>, tokio::task::JoinHandle<()>) {
+fn watch_bound(
+    pods: Api<Pod>,
+) -> (
+    Arc<Mutex<HashMap<String, Instant>>>,
+    tokio::task::JoinHandle<()>,
+) {
     let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let task = tokio::spawn({
         let bound = bound.clone();
@@ -153,10 +159,17 @@ fn watch_bound(pods: Api<Pod>) -> (Arc<Mutex<HashMap<String, Instant>>>, tokio::
     (bound, task)
 }
 
-async fn wait_bound(bound: &Mutex<HashMap<String, Instant>>, count: usize, what: &str) -> anyhow::Result<()> {
+async fn wait_bound(
+    bound: &Mutex<HashMap<String, Instant>>,
+    count: usize,
+    what: &str,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(900);
     while bound.lock().unwrap_or_else(|e| e.into_inner()).len() < count {
-        anyhow::ensure!(Instant::now() < deadline, "gave up waiting for {what} to be bound");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "gave up waiting for {what} to be bound"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
@@ -202,7 +215,9 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
     let plane = ControlPlane::start().await;
     let admin = plane.admin();
     let nodes: Vec<Value> = (0..w.nodes).map(|i| node(i, (w.node_labels)(i))).collect();
-    create_all(&Api::<Node>::all(admin.clone()), nodes).await.context("nodes")?;
+    create_all(&Api::<Node>::all(admin.clone()), nodes)
+        .await
+        .context("nodes")?;
     let stop = CancellationToken::new();
     let scheduler = rudder_scheduler::Scheduler::new(
         plane.client(&Identity::scheduler()),
@@ -214,7 +229,11 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
     let running = tokio::spawn(scheduler.run(stop.clone()));
     namespace(&admin, "init").await?;
     let (init_bound, init_watch) = watch_bound(Api::namespaced(admin.clone(), "init"));
-    create_all(&Api::<Pod>::namespaced(admin.clone(), "init"), pods("init", w.init_pods, w.init_spec, None)).await?;
+    create_all(
+        &Api::<Pod>::namespaced(admin.clone(), "init"),
+        pods("init", w.init_pods, w.init_spec, None),
+    )
+    .await?;
     wait_bound(&init_bound, w.init_pods, "the initial pods").await?;
     init_watch.abort();
     namespace(&admin, "measure").await?;
@@ -224,7 +243,12 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
     let measured = pods("measure", w.measure_pods, w.measure_spec, None);
     let names: Vec<String> = measured
         .iter()
-        .map(|p| p["metadata"]["name"].as_str().unwrap_or_default().to_string())
+        .map(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
         .collect();
     let began = Instant::now();
     let created = create_all(&api, measured).await?;
@@ -238,7 +262,15 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
     let mut latencies: Vec<f64> = names
         .iter()
         .zip(&created)
-        .filter_map(|(name, at)| Some(bound.get(name)?.saturating_duration_since(*at).as_secs_f64() * 1000.0))
+        .filter_map(|(name, at)| {
+            Some(
+                bound
+                    .get(name)?
+                    .saturating_duration_since(*at)
+                    .as_secs_f64()
+                    * 1000.0,
+            )
+        })
         .collect();
     latencies.sort_by(f64::total_cmp);
     let elapsed = last.duration_since(began).as_secs_f64();
@@ -249,7 +281,13 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
     };
     eprintln!(
         "{}: {} nodes, {} + {} pods: {:.0} pods/s, p50 {:.1} ms, p99 {:.1} ms (creates took {:.2} s)",
-        w.name, w.nodes, w.init_pods, w.measure_pods, result.pods_per_s, result.p50_ms, result.p99_ms,
+        w.name,
+        w.nodes,
+        w.init_pods,
+        w.measure_pods,
+        result.pods_per_s,
+        result.p50_ms,
+        result.p99_ms,
         creates_took.as_secs_f64()
     );
     Ok((result, plane))

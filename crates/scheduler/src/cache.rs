@@ -48,6 +48,9 @@ pub struct Cache {
     /// so a cycle pays no lookup per node.
     list: Vec<Arc<NodeInfo>>,
     index: Arc<HashMap<String, usize>>,
+    /// When assumptions were last checked for expiry (once a second: the
+    /// check walks every pod).
+    expired_at: Option<Instant>,
 }
 
 fn pod_key(pod: &Pod) -> String {
@@ -122,6 +125,13 @@ impl Cache {
         entry.present = true;
         if was_present {
             self.refresh(&name);
+        } else if let Some(entry) = self.nodes.get(&name)
+            && self.order.last() == Some(&name)
+        {
+            // A new node, last in the order: appended, no rebuild.
+            let info = entry.info.clone();
+            Arc::make_mut(&mut self.index).insert(name, self.list.len());
+            self.list.push(info);
         } else {
             self.rebuild();
         }
@@ -270,6 +280,13 @@ impl Cache {
     /// Drops assumptions whose binding finished long ago and that were
     /// never confirmed; returns their keys.
     pub fn expire(&mut self, now: Instant) -> Vec<String> {
+        if self
+            .expired_at
+            .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1))
+        {
+            return Vec::new();
+        }
+        self.expired_at = Some(now);
         let expired: Vec<String> = self
             .pods
             .iter()

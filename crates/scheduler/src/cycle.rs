@@ -208,29 +208,46 @@ pub fn schedule(
             feasible: 1,
         });
     }
-    // Filter until enough feasible nodes are found.
+    // Filter until enough feasible nodes are found. The plugins PreFilter
+    // did not skip are listed once, not looked up per node; rejections are
+    // kept by position and named only if no node fits.
+    let filters: Vec<&Arc<dyn crate::framework::Filter>> = profile
+        .filter
+        .iter()
+        .filter(|p| !state.skips_filter(p.name()))
+        .collect();
+    let no_nominations = snapshot.nominated.is_empty();
     let wanted = feasible_nodes_to_find(profile.percentage_of_nodes_to_score, count);
     let mut feasible: Vec<Arc<NodeInfo>> = Vec::with_capacity(wanted.min(count));
-    let mut statuses: HashMap<String, Status> = HashMap::new();
+    let mut rejected: Vec<(&Arc<NodeInfo>, Status)> = Vec::new();
     let begin = if count == 0 { 0 } else { *start % count };
     let mut looked = 0;
     while looked < count && feasible.len() < wanted {
         let node = walk((begin + looked) % count);
         looked += 1;
-        let status =
-            profile.filter_with_nominated(state, pod, node, snapshot.nominated_to(&node.name));
+        let status = if no_nominations {
+            filters
+                .iter()
+                .map(|p| (p, p.filter(state, pod, node)))
+                .find(|(_, s)| !s.is_success())
+                .map_or_else(Status::success, |(p, s)| s.by(p.name()))
+        } else {
+            profile.filter_with_nominated(state, pod, node, snapshot.nominated_to(&node.name))
+        };
         match status.code {
             Code::Success => feasible.push(node.clone()),
             Code::Error => return Decision::Error(status.message()),
-            _ => {
-                statuses.insert(node.name.clone(), status);
-            }
+            _ => rejected.push((node, status)),
         }
     }
     if count > 0 {
         *start = (begin + looked) % count;
     }
     if feasible.is_empty() {
+        let statuses: HashMap<String, Status> = rejected
+            .into_iter()
+            .map(|(node, status)| (node.name.clone(), status))
+            .collect();
         let mut plugins: Vec<&'static str> = statuses.values().map(|s| s.plugin).collect();
         plugins.sort();
         plugins.dedup();

@@ -127,6 +127,9 @@ pub struct Queue {
     /// The cycle of the last event that moved unschedulable pods.
     moved_at: u64,
     backoff_durations: Backoff,
+    /// When the unschedulable pool was last swept for pods waiting too
+    /// long (once a second: the sweep walks every queued pod).
+    swept_at: Option<Instant>,
 }
 
 impl Queue {
@@ -322,6 +325,13 @@ impl Queue {
                 self.place_active(queued);
             }
         }
+        if self
+            .swept_at
+            .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_secs(1))
+        {
+            return self.backoff.first().map(|(until, _)| *until);
+        }
+        self.swept_at = Some(now);
         let stale: Vec<String> = self
             .pods
             .iter()

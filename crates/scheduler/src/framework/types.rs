@@ -282,6 +282,11 @@ pub struct NodeInfo {
     pub pods_with_affinity: usize,
     /// Images on the node by name, with their sizes (from `status.images`).
     pub images: BTreeMap<String, i64>,
+    /// `spec.unschedulable` and `spec.taints`, kept here so the filters
+    /// every cycle runs on hundreds of nodes read them without following
+    /// the pointer to the Node object.
+    pub unschedulable: bool,
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
 }
 
 impl NodeInfo {
@@ -305,7 +310,10 @@ impl NodeInfo {
                     .map(move |n| (normalize_image(n), size))
             })
             .collect();
+        let spec = node.spec.as_ref();
         NodeInfo {
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
             node,
             name,
             allocatable,

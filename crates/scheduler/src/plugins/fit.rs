@@ -101,16 +101,21 @@ pub fn insufficient(pod: &Resource, node: &NodeInfo) -> Vec<String> {
     if node.pods.len() as i64 + 1 > node.allocatable.allowed_pods {
         reasons.push(TOO_MANY_PODS.to_string());
     }
-    let free = |name: &str| node.allocatable.get(name) - node.requested.get(name);
-    for (name, wanted) in [
-        ("cpu", pod.milli_cpu),
-        ("memory", pod.memory),
-        ("ephemeral-storage", pod.ephemeral_storage),
+    let (a, r) = (&node.allocatable, &node.requested);
+    for (name, wanted, free) in [
+        ("cpu", pod.milli_cpu, a.milli_cpu - r.milli_cpu),
+        ("memory", pod.memory, a.memory - r.memory),
+        (
+            "ephemeral-storage",
+            pod.ephemeral_storage,
+            a.ephemeral_storage - r.ephemeral_storage,
+        ),
     ] {
-        if wanted > 0 && wanted > free(name) {
+        if wanted > 0 && wanted > free {
             reasons.push(format!("Insufficient {name}"));
         }
     }
+    let free = |name: &str| node.allocatable.get(name) - node.requested.get(name);
     for (name, wanted) in &pod.scalar {
         if *wanted > 0 && *wanted > free(name) {
             reasons.push(format!("Insufficient {name}"));

@@ -21,13 +21,7 @@ impl Plugin for NodeUnschedulable {
 
 impl Filter for NodeUnschedulable {
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let cordoned = node
-            .node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
-        if !cordoned {
+        if !node.unschedulable {
             return Status::success();
         }
         let taint = Taint {

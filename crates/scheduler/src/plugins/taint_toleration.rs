@@ -23,11 +23,7 @@ impl Plugin for TaintToleration {
 }
 
 fn taints(node: &NodeInfo) -> &[Taint] {
-    node.node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default()
+    &node.taints
 }
 
 fn tolerations(pod: &PodInfo) -> &[Toleration] {
