@@ -25,6 +25,10 @@ pub struct ExplainArgs {
     /// ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<std::path::PathBuf>,
+    /// The scheduler's `KubeSchedulerConfiguration`, when the server runs
+    /// with one (`--scheduler-config`): the pod's profile is taken from it.
+    #[arg(long)]
+    pub scheduler_config: Option<std::path::PathBuf>,
 }
 
 pub async fn run(args: ExplainArgs) -> anyhow::Result<()> {
@@ -79,7 +83,28 @@ pub async fn run(args: ExplainArgs) -> anyhow::Result<()> {
     let snapshot = cache.snapshot().with_volumes(volumes);
     stop.cancel();
     let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-    let profile = rudder_scheduler::Profile::default_profile(None);
+    let wanted = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.clone())
+        .unwrap_or_else(|| rudder_scheduler::profile::DEFAULT_SCHEDULER_NAME.into());
+    let profile = match &args.scheduler_config {
+        None => rudder_scheduler::Profile::default_profile(None),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("read {}", path.display()))?;
+            let config = rudder_scheduler::config::Configuration::parse(&text)?;
+            rudder_scheduler::Profile::all_from_config(&config, None)?
+                .into_iter()
+                .find(|p| p.scheduler_name == wanted)
+                .with_context(|| {
+                    format!(
+                        "{} has no profile for scheduler {wanted:?}, which the pod names",
+                        path.display()
+                    )
+                })?
+        }
+    };
     let explanation =
         rudder_scheduler::explain::explain(&profile, &PodInfo::new(Arc::new(pod)), &snapshot);
     if let Some(node) = bound {
