@@ -6,32 +6,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
-use common::{Kubectl, each_version};
-
-/// Waits until kubectl's output for `args` contains `wanted` (at most
-/// 30 s); records the last output if it never does.
-fn eventually(
-    k: &Kubectl<'_>,
-    failures: &mut Vec<String>,
-    what: &str,
-    args: &[&str],
-    wanted: &str,
-) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ok, out) = k.run(args, None);
-        if ok && out.contains(wanted) {
-            return;
-        }
-        if Instant::now() > deadline {
-            failures.push(format!("{what}: wanted {wanted:?}, last saw ({ok}) {out}"));
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use common::each_version;
 
 const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "NAME"},
  "spec": {"containers": [{"name": "c", "image": "busybox:1",
@@ -66,8 +41,7 @@ fn quotas_and_limit_ranges() {
                 None,
                 "resourcequota/compute created",
             );
-            eventually(
-                k,
+            k.eventually(
                 failures,
                 "the quota is counted",
                 &[
@@ -77,7 +51,7 @@ fn quotas_and_limit_ranges() {
                     "-o",
                     "jsonpath={.status.used.pods}",
                 ],
-                "0",
+                |out| out.contains("0"),
             );
             k.expect(
                 failures,
@@ -112,8 +86,7 @@ fn quotas_and_limit_ranges() {
                 None,
                 "deleted",
             );
-            eventually(
-                k,
+            k.eventually(
                 failures,
                 "the deleted pod is given back",
                 &[
@@ -123,7 +96,7 @@ fn quotas_and_limit_ranges() {
                     "-o",
                     "jsonpath={.status.used.requests\\.cpu}",
                 ],
-                "0",
+                |out| out.contains("0"),
             );
 
             let range = r#"{"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "limits"},

@@ -9,9 +9,8 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use common::{Kubectl, each_version};
+use common::each_version;
 
 fn node(name: &str, cpu: &str, labels: &str, taints: &str) -> String {
     format!(
@@ -21,29 +20,6 @@ fn node(name: &str, cpu: &str, labels: &str, taints: &str) -> String {
     "allocatable": {{"cpu": "{cpu}", "memory": "8Gi", "pods": "110"}},
     "conditions": [{{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready"}}]}}}}"#
     )
-}
-
-/// Waits until kubectl's output for `args` satisfies `check` (at most
-/// 30 s); records the last output if it never does.
-fn eventually(
-    k: &Kubectl<'_>,
-    failures: &mut Vec<String>,
-    what: &str,
-    args: &[&str],
-    check: impl Fn(&str) -> bool,
-) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (ok, out) = k.run(args, None);
-        if ok && check(&out) {
-            return out;
-        }
-        if Instant::now() > deadline {
-            failures.push(format!("{what}: last saw ({ok}) {out}"));
-            return out;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]
@@ -103,8 +79,7 @@ fn pods_are_scheduled_spread_kept_off_taints_and_preempted() {
                 Some(&deployment),
                 "created",
             );
-            let nodes = eventually(
-                k,
+            let nodes = k.eventually(
                 failures,
                 "the deployment's pods bound",
                 &[
@@ -136,8 +111,7 @@ fn pods_are_scheduled_spread_kept_off_taints_and_preempted() {
                 Some(huge),
                 "created",
             );
-            eventually(
-                k,
+            k.eventually(
                 failures,
                 "describe says why",
                 &["describe", "pod", "huge"],
@@ -194,8 +168,7 @@ fn pods_are_scheduled_spread_kept_off_taints_and_preempted() {
                 Some(&pod("low", "low")),
                 "created",
             );
-            eventually(
-                k,
+            k.eventually(
                 failures,
                 "the low pod bound",
                 &["get", "pod", "low", "-o", "jsonpath={.spec.nodeName}"],
@@ -208,8 +181,7 @@ fn pods_are_scheduled_spread_kept_off_taints_and_preempted() {
                 Some(&pod("high", "high")),
                 "created",
             );
-            eventually(
-                k,
+            k.eventually(
                 failures,
                 "the high pod nominated",
                 &[
@@ -221,8 +193,7 @@ fn pods_are_scheduled_spread_kept_off_taints_and_preempted() {
                 ],
                 |out| out == format!("tiny-{tag}"),
             );
-            eventually(
-                k,
+            k.eventually(
                 failures,
                 "the low pod preempted",
                 &[
@@ -240,8 +211,7 @@ fn pods_are_scheduled_spread_kept_off_taints_and_preempted() {
                 &["delete", "pod", "low", "--grace-period=0", "--force"],
                 None,
             );
-            eventually(
-                k,
+            k.eventually(
                 failures,
                 "the high pod bound",
                 &["get", "pod", "high", "-o", "jsonpath={.spec.nodeName}"],

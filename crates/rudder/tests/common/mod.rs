@@ -129,6 +129,29 @@ impl Kubectl<'_> {
         }
     }
 
+    /// Runs kubectl until its output for `args` satisfies `check` (at most
+    /// 30 s); records the last output if it never does. Returns that output.
+    pub fn eventually(
+        &self,
+        failures: &mut Vec<String>,
+        what: &str,
+        args: &[&str],
+        check: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ok, out) = self.run(args, None);
+            if ok && check(&out) {
+                return out;
+            }
+            if Instant::now() > deadline {
+                failures.push(format!("{what}: last saw ({ok}) {out}"));
+                return out;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn refuse(&self, failures: &mut Vec<String>, what: &str, args: &[&str], wanted: &str) {
         self.refuse_with(failures, what, args, None, &[wanted]);
     }
