@@ -345,51 +345,48 @@ pub(crate) fn limit_range(object: &Value, out: &mut Vec<Cause>) {
                     &why,
                 ));
             };
-            let over = |a: Option<Quantity>, b: Option<Quantity>| match (a, b) {
-                (Some(a), Some(b)) => a.cmp_value(&b).is_gt().then_some((a, b)),
-                _ => None,
-            };
-            if let Some((a, b)) = over(min, max) {
-                bad(
+            // Each pair that must be ordered: the field the cause names,
+            // which side it shows (as upstream), and the words for each.
+            let pairs = [
+                (min, max, "min", true, "min", "max"),
+                (
+                    min,
+                    request,
+                    "defaultRequest",
+                    false,
                     "min",
-                    a,
-                    format!("min value {a} is greater than max value {b}"),
-                );
-            }
-            if let Some((a, b)) = over(min, request) {
-                bad(
+                    "default request",
+                ),
+                (
+                    request,
+                    max,
                     "defaultRequest",
-                    b,
-                    format!("min value {a} is greater than default request value {b}"),
-                );
-            }
-            if let Some((a, b)) = over(request, max) {
-                bad(
+                    true,
+                    "default request",
+                    "max",
+                ),
+                (
+                    request,
+                    default,
                     "defaultRequest",
-                    a,
-                    format!("default request value {a} is greater than max value {b}"),
-                );
-            }
-            if let Some((a, b)) = over(request, default) {
-                bad(
-                    "defaultRequest",
-                    a,
-                    format!("default request value {a} is greater than default limit value {b}"),
-                );
-            }
-            if let Some((a, b)) = over(min, default) {
-                bad(
-                    "default",
-                    a,
-                    format!("min value {a} is greater than default value {b}"),
-                );
-            }
-            if let Some((a, b)) = over(default, max) {
-                bad(
-                    "default",
-                    b,
-                    format!("default value {a} is greater than max value {b}"),
-                );
+                    true,
+                    "default request",
+                    "default limit",
+                ),
+                (min, default, "default", true, "min", "default"),
+                (default, max, "default", false, "default", "max"),
+            ];
+            for (low, high, part, show_low, low_name, high_name) in pairs {
+                if let (Some(a), Some(b)) = (low, high)
+                    && a.cmp_value(&b).is_gt()
+                {
+                    let shown = if show_low { a } else { b };
+                    bad(
+                        part,
+                        shown,
+                        format!("{low_name} value {a} is greater than {high_name} value {b}"),
+                    );
+                }
             }
             if let Some(r) = ratio
                 && r.cmp_value(&Quantity::from_int(1)).is_lt()
