@@ -331,14 +331,7 @@ impl Loop {
                     let Ok(permit) = permit else { break };
                     let reserved = reserve(&profile, &mut state, &info, &chosen.node);
                     if !reserved.is_success() {
-                        self.lock().queue.backoff(&queued.key, Instant::now());
-                        self.recorder.event(
-                            &reference_to(&*pod),
-                            EventType::Warning,
-                            "FailedScheduling",
-                            "Scheduling",
-                            &reserved.message(),
-                        );
+                        self.back_off(&queued.key, &pod, &reserved.message());
                         continue;
                     }
                     {
@@ -358,14 +351,7 @@ impl Loop {
                 }
                 Decision::Error(message) => {
                     tracing::warn!(pod = %queued.key, %message, "scheduling failed");
-                    self.lock().queue.backoff(&queued.key, Instant::now());
-                    self.recorder.event(
-                        &reference_to(&*pod),
-                        EventType::Warning,
-                        "FailedScheduling",
-                        "Scheduling",
-                        &message,
-                    );
+                    self.back_off(&queued.key, &pod, &message);
                 }
             }
         }
@@ -463,6 +449,19 @@ impl Loop {
     /// Then: the victims are evicted and the pod nominated (or its
     /// nomination cleared), and it waits, with its condition and an event
     /// saying why.
+    /// An attempt that failed for a reason other than no node fitting:
+    /// the pod backs off, with a `FailedScheduling` event saying why.
+    fn back_off(&self, key: &str, pod: &Pod, message: &str) {
+        self.lock().queue.backoff(key, Instant::now());
+        self.recorder.event(
+            &reference_to(pod),
+            EventType::Warning,
+            "FailedScheduling",
+            "Scheduling",
+            message,
+        );
+    }
+
     async fn unschedulable(
         &self,
         pod: &PodInfo,
