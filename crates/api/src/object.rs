@@ -99,6 +99,9 @@ pub fn unknown_fields(def: &ResourceDef, object: &Value) -> Result<Vec<String>, 
     let Some(round_trip) = def.typed_round_trip else {
         return Ok(Vec::new());
     };
+    let mut canonical = object.clone();
+    crate::protobuf::go_json::canonical_bytes(&def.schema_name, &mut canonical);
+    let object = &canonical;
     let typed = round_trip(object).map_err(|e| {
         Status::bad_request(format!(
             "{} in version {:?} cannot be handled as a {}: {e}",
@@ -240,7 +243,18 @@ pub fn prepare_create_admitted(
     crate::defaults::on_create(def, object);
     crate::defaults::apply(def, object);
     admit(object);
+    go_shape(def, object);
     validate_change(def, object, None, Vec::new())
+}
+
+/// What decoding into upstream's Go types does to a built-in object: base64
+/// fields unwrapped, and the fields Go always writes filled in
+/// ([`crate::protobuf::go_json`]).
+fn go_shape(def: &ResourceDef, object: &mut Value) {
+    if def.custom.is_none() {
+        crate::protobuf::go_json::canonical_bytes(&def.schema_name, object);
+        crate::protobuf::go_json::fill(&def.schema_name, object);
+    }
 }
 
 /// Validates a new object or an update of `old`: what the update may not
@@ -450,6 +464,7 @@ pub fn prepare_update(
     omit_empty_metadata(new);
     crate::quantity::canonicalize(def, new)?;
     crate::defaults::apply(def, new);
+    go_shape(def, new);
     let via = match part {
         Part::Main | Part::Finalize => Some(Via::Main),
         Part::Binding => Some(Via::Binding),
@@ -610,7 +625,8 @@ mod tests {
         assert_eq!(object["metadata"]["uid"], stamp().uid);
         assert_eq!(object["metadata"]["generation"], 1);
         assert!(object["metadata"].get("resourceVersion").is_none());
-        assert!(object.get("status").is_none());
+        // Cleared, and written back as Go writes an empty status.
+        assert_eq!(object["status"], json!({}));
     }
 
     #[test]

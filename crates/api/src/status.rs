@@ -3,7 +3,9 @@
 //! API server's edge.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+#[cfg(test)]
+use serde_json::json;
 
 /// A field-level cause of an `Invalid` (or other) error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -12,6 +14,7 @@ pub struct Cause {
     pub reason: String,
     pub message: String,
     /// The field path, as `spec.template.spec.containers[0].name`.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub field: String,
 }
 
@@ -166,12 +169,15 @@ impl Status {
     pub fn too_large(message: impl Into<String>) -> Self {
         Status::new(413, "RequestEntityTooLarge", message)
     }
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// A body in a media type the verb does not take: upstream's
+    /// `NewUnsupportedMediaTypeError`, naming the types it does take.
+    pub fn unsupported_media_type(accepted: &[&str]) -> Self {
         Status::new(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json (got {content_type:?})"
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
             ),
         )
     }
@@ -264,51 +270,108 @@ impl Status {
 
     /// The `metav1.Status` object.
     pub fn to_json(&self) -> Value {
-        let mut status = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        });
-        let mut details = serde_json::Map::new();
+        serde_json::to_value(self.wire()).unwrap_or_default()
+    }
+
+    /// The `metav1.Status` as upstream's encoder writes it: fields in the Go
+    /// type's order, empty ones left out, and a closing newline.
+    pub fn encode(&self) -> Vec<u8> {
+        encode_line(&self.wire())
+    }
+
+    fn wire(&self) -> WireStatus<'_> {
+        let mut details = WireDetails::default();
         if let Some(d) = &self.details {
-            for (key, value) in [
-                ("name", &d.name),
-                ("group", &d.group),
-                ("kind", &d.kind),
-                ("uid", &d.uid),
-            ] {
-                if !value.is_empty() {
-                    details.insert(key.into(), json!(value));
-                }
-            }
+            details.name = &d.name;
+            details.group = &d.group;
+            details.kind = &d.kind;
+            details.uid = &d.uid;
         }
-        if !self.causes.is_empty() {
-            details.insert("causes".into(), json!(self.causes));
+        details.causes = &self.causes;
+        details.retry_after_seconds = self.retry_after.unwrap_or(0);
+        WireStatus {
+            kind: "Status",
+            api_version: "v1",
+            metadata: Empty {},
+            status: "Failure",
+            message: &self.message,
+            reason: self.reason,
+            details: (details != WireDetails::default()).then_some(details),
+            code: self.code,
         }
-        if let Some(seconds) = self.retry_after {
-            details.insert("retryAfterSeconds".into(), json!(seconds));
-        }
-        if !details.is_empty() {
-            status["details"] = Value::Object(details);
-        }
-        status
     }
 }
 
-/// The `Status` a successful delete returns when the object is gone at once.
-pub fn success_status(target: Target<'_>, name: &str, uid: &str) -> Value {
-    let mut details = json!({"name": name, "kind": target.resource});
-    if !target.group.is_empty() {
-        details["group"] = json!(target.group);
+/// `metav1.Status` in Go's field order (`k8s.io/apimachinery` types.go);
+/// every field but the type's and `status` is `omitempty` there.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireStatus<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: Empty,
+    status: &'static str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    message: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<WireDetails<'a>>,
+    #[serde(skip_serializing_if = "is_zero")]
+    code: u16,
+}
+
+/// `metav1.StatusDetails`, in Go's field order.
+#[derive(Debug, Serialize, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct WireDetails<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    group: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    uid: &'a str,
+    #[serde(skip_serializing_if = "<[Cause]>::is_empty")]
+    causes: &'a [Cause],
+    #[serde(skip_serializing_if = "is_zero")]
+    retry_after_seconds: u32,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+struct Empty {}
+
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
+}
+
+/// `value` as JSON and a newline, as Go's `json.Encoder` writes it.
+pub fn encode_line<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The `Status` a successful delete returns when the object is gone at once
+/// (Go's field order, as [`Status::encode`]).
+pub fn success_status<'a>(target: Target<'a>, name: &'a str, uid: &'a str) -> WireStatus<'a> {
+    WireStatus {
+        kind: "Status",
+        api_version: "v1",
+        metadata: Empty {},
+        status: "Success",
+        message: "",
+        reason: "",
+        details: Some(WireDetails {
+            name,
+            group: target.group,
+            kind: target.resource,
+            uid,
+            ..WireDetails::default()
+        }),
+        code: 0,
     }
-    if !uid.is_empty() {
-        details["uid"] = json!(uid);
-    }
-    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 }
 
 #[cfg(test)]
@@ -325,6 +388,20 @@ mod tests {
         resource: "pods",
         kind: "Pod",
     };
+
+    #[test]
+    fn a_status_is_written_in_go_field_order_with_a_newline() {
+        let body = Status::not_found(PODS, "p").encode();
+        assert_eq!(
+            String::from_utf8(body).expect("utf-8"),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"pods \\\"p\\\" not found\",\"reason\":\"NotFound\",\"details\":{\"name\":\"p\",\"kind\":\"pods\"},\"code\":404}\n"
+        );
+        let success = encode_line(&success_status(DEPLOYMENTS, "web", "u-1"));
+        assert_eq!(
+            String::from_utf8(success).expect("utf-8"),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"details\":{\"name\":\"web\",\"group\":\"apps\",\"kind\":\"deployments\",\"uid\":\"u-1\"}}\n"
+        );
+    }
 
     #[test]
     fn not_found_reads_as_upstream() {

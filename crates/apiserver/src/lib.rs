@@ -95,7 +95,7 @@ async fn authorize_paths(request: Request, next: Next) -> Response {
 
 /// The API server's router (no socket: tests call it directly).
 pub fn router(state: Arc<State>) -> Router {
-    Router::new()
+    discovery_routes(Router::new())
         .route(
             "/healthz",
             get(|s, q| health::serve(Endpoint::Healthz, s, q)),
@@ -114,16 +114,7 @@ pub fn router(state: Arc<State>) -> Router {
             "/readyz/{*check}",
             get(|s, p| health::serve_one(Endpoint::Readyz, s, p)),
         )
-        .route("/version", get(discovery::version))
         .route("/metrics", get(metrics))
-        .route("/api", get(discovery::api))
-        .route("/apis", get(discovery::apis))
-        .route("/api/{version}", get(discovery::core_version))
-        .route("/apis/{group}", get(discovery::group))
-        .route(
-            "/apis/{group}/{version}",
-            get(discovery::group_version_resources),
-        )
         .route("/openapi/v2", get(openapi::v2))
         .route("/swagger-2.0.0.pb-v1", get(openapi::v2_legacy_protobuf))
         .route("/openapi/v3", get(openapi::v3_index))
@@ -131,6 +122,29 @@ pub fn router(state: Arc<State>) -> Router {
         .fallback(rest::dispatch)
         .layer(middleware::from_fn(authorize_paths))
         .with_state(state)
+}
+
+/// The discovery documents, each served with and without a trailing slash
+/// as upstream's mux serves them (kr8s asks for `/version/`); resource
+/// paths are not among them.
+fn discovery_routes(router: Router<Arc<State>>) -> Router<Arc<State>> {
+    let mut router = router;
+    for slash in ["", "/"] {
+        router = router
+            .route(&format!("/version{slash}"), get(discovery::version))
+            .route(&format!("/api{slash}"), get(discovery::api))
+            .route(&format!("/apis{slash}"), get(discovery::apis))
+            .route(
+                &format!("/api/{{version}}{slash}"),
+                get(discovery::core_version),
+            )
+            .route(&format!("/apis/{{group}}{slash}"), get(discovery::group))
+            .route(
+                &format!("/apis/{{group}}/{{version}}{slash}"),
+                get(discovery::group_version_resources),
+            );
+    }
+    router
 }
 
 /// Runs an API server on `store` until `cancel` fires (for callers that

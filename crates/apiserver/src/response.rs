@@ -4,7 +4,6 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rudder_api::Status;
-use serde_json::Value;
 
 /// A handler's error: a Kubernetes `Status`.
 #[derive(Debug)]
@@ -20,7 +19,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.0;
         let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = json_response(code, &status.to_json());
+        let mut response = bytes_response(code, status.encode(), "application/json");
         if let Some(seconds) = status.retry_after
             && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
         {
@@ -33,13 +32,22 @@ impl IntoResponse for ApiError {
 pub type ApiResult = Result<Response, ApiError>;
 
 /// A JSON response with `Content-Type: application/json`.
-pub fn json_response(code: StatusCode, body: &Value) -> Response {
+pub fn json_response<T: serde::Serialize + ?Sized>(code: StatusCode, body: &T) -> Response {
     typed_response(code, body, "application/json")
 }
 
-/// A JSON response with the given media type.
-pub fn typed_response(code: StatusCode, body: &Value, content_type: &str) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+/// A JSON response with the given media type, ending in a newline as Go's
+/// `json.Encoder` ends upstream's.
+pub fn typed_response<T: serde::Serialize + ?Sized>(
+    code: StatusCode,
+    body: &T,
+    content_type: &str,
+) -> Response {
+    bytes_response(code, rudder_api::status::encode_line(body), content_type)
+}
+
+/// A response of `bytes` with the given media type.
+pub fn bytes_response(code: StatusCode, bytes: Vec<u8>, content_type: &str) -> Response {
     let mut response = (code, bytes).into_response();
     if let Ok(value) = HeaderValue::from_str(content_type) {
         response.headers_mut().insert(header::CONTENT_TYPE, value);

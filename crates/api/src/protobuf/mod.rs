@@ -17,6 +17,8 @@ use serde_json::{Map, Value, json};
 use crate::Registry;
 use crate::structure::normalize;
 
+pub mod go_json;
+
 const SCHEMA: &str = include_str!("schema.txt");
 /// Go value fields tagged `omitempty` (`scripts/gen-go-zero-fields`): Go's
 /// protobuf writes their zero, its JSON and defaulting read it as unset.

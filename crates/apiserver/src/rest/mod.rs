@@ -256,6 +256,7 @@ async fn serve(
     };
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
+    write::check_media_type(&resource.def, verb, &headers)?;
     let ctx = Context {
         state,
         resource,

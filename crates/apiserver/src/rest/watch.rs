@@ -97,9 +97,11 @@ impl Render {
 }
 
 fn error_line(status: &Status) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": status.to_json()}))
-        .unwrap_or_default();
-    line.push(b'\n');
+    // `type` before `object`, and the Status in its Go field order, as
+    // upstream's watch encoder writes the event.
+    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
+    line.extend_from_slice(status.encode().trim_ascii_end());
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 

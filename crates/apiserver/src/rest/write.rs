@@ -51,7 +51,64 @@ pub fn object_body_checked(ctx: &Context, body: &Bytes) -> Result<(Value, Vec<St
                     ))
                 })
         }
-        other => Err(Status::unsupported_media_type(other)),
+        _ => Err(Status::unsupported_media_type(OBJECT_MEDIA_TYPES)),
+    }
+}
+
+/// The media types of an object body (create, update), as upstream's
+/// serializers list them.
+const OBJECT_MEDIA_TYPES: &[&str] = &[
+    "application/json",
+    "application/yaml",
+    "application/vnd.kubernetes.protobuf",
+];
+
+/// The patch types a resource takes, in upstream's order: custom resources
+/// have no strategic merge patch.
+fn patch_types(def: &rudder_api::ResourceDef) -> &'static [&'static str] {
+    if def.custom.is_some() {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
+    } else {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
+    }
+}
+
+/// Refuses a body in a media type the verb does not take, from the
+/// headers alone, before the body is read (415, as upstream's handlers
+/// answer). Bodies of other verbs (a delete's options) are judged when
+/// read.
+pub fn check_media_type(
+    def: &rudder_api::ResourceDef,
+    verb: super::Verb,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), Status> {
+    let media = content_type(headers);
+    match verb {
+        super::Verb::Patch => {
+            let accepted = patch_types(def);
+            if accepted.contains(&media.as_str()) {
+                Ok(())
+            } else {
+                Err(Status::unsupported_media_type(accepted))
+            }
+        }
+        super::Verb::Create | super::Verb::Update => {
+            if media == "*/*" || OBJECT_MEDIA_TYPES.contains(&media.as_str()) {
+                Ok(())
+            } else {
+                Err(Status::unsupported_media_type(OBJECT_MEDIA_TYPES))
+            }
+        }
+        _ => Ok(()),
     }
 }
 
@@ -178,36 +235,50 @@ pub async fn update(ctx: &Context, body: Bytes) -> ApiResult {
 /// The object a patch of `old` produces; `schema` names the OpenAPI
 /// definition of `old` (the kind's, or `Scale`'s), whose merge metadata a
 /// strategic merge patch follows.
+///
+/// The patch applies to the object as stored, `resourceVersion` included
+/// (a JSON patch may `test` it, as kopf's do). As upstream: a
+/// `resourceVersion` the patch leaves as it was makes the update
+/// unconditional, one the patch changes is a precondition (409 if stale).
 pub fn apply_patch(
     ctx: &Context,
     schema: &str,
     old: &Value,
     patch_body: &Value,
 ) -> Result<Value, Status> {
-    let media = content_type(&ctx.headers);
-    let mut base = old.clone();
-    if let Some(meta) = base.get_mut("metadata").and_then(Value::as_object_mut) {
+    let mut patched = patch_object(ctx, schema, old, patch_body)?;
+    let version = "/metadata/resourceVersion";
+    if patched.pointer(version) == old.pointer(version)
+        && let Some(meta) = patched.get_mut("metadata").and_then(Value::as_object_mut)
+    {
         meta.remove("resourceVersion");
     }
+    Ok(patched)
+}
+
+fn patch_object(
+    ctx: &Context,
+    schema: &str,
+    base: &Value,
+    patch_body: &Value,
+) -> Result<Value, Status> {
+    let media = content_type(&ctx.headers);
     match PatchType::from_content_type(&media) {
-        Some(PatchType::Json) => patch::json_patch(&base, patch_body),
-        Some(PatchType::Merge) => patch::merge_patch(&base, patch_body),
+        Some(PatchType::Json) => patch::json_patch(base, patch_body),
+        Some(PatchType::Merge) => patch::merge_patch(base, patch_body),
         Some(PatchType::StrategicMerge) => {
             let types = Types::builtin();
             let root = types.root(schema);
             if matches!(root, Shape::Untyped) {
                 // As upstream: custom resources carry no merge metadata.
-                return Err(Status::unsupported_media_type(&format!(
-                    "{media}: strategic merge patch is not supported for {}; use --type=merge or --type=json",
-                    ctx.def().kind
-                )));
+                return Err(Status::unsupported_media_type(patch_types(ctx.def())));
             }
-            patch::strategic::apply(types, &root, &base, patch_body)
+            patch::strategic::apply(types, &root, base, patch_body)
         }
         Some(PatchType::Apply) => Err(Status::bad_request(
             "an apply patch is served by server-side apply, not merged as a patch",
         )),
-        None => Err(Status::unsupported_media_type(&media)),
+        None => Err(Status::unsupported_media_type(patch_types(ctx.def()))),
     }
 }
 
@@ -293,16 +364,19 @@ pub async fn delete_with(ctx: &Context, body: Option<&Value>) -> ApiResult {
         (Deleted::Pending(_), Some(false)) => StatusCode::ACCEPTED,
         _ => StatusCode::OK,
     };
-    let body = match &deleted {
-        Deleted::Pending(object) => object.clone(),
-        Deleted::Gone(object) if def.strategy.returns_deleted => object.clone(),
-        Deleted::Gone(object) => rudder_api::status::success_status(
-            def.target(),
-            ctx.name(),
-            object
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
+    let response = match &deleted {
+        Deleted::Pending(object) => json_response(code, object),
+        Deleted::Gone(object) if def.strategy.returns_deleted => json_response(code, object),
+        Deleted::Gone(object) => json_response(
+            code,
+            &rudder_api::status::success_status(
+                def.target(),
+                ctx.name(),
+                object
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            ),
         ),
     };
     let orphans_by_default = def.strategy.default_propagation == Some(Propagation::Orphan)
@@ -314,7 +388,7 @@ pub async fn delete_with(ctx: &Context, body: Option<&Value>) -> ApiResult {
     } else {
         Vec::new()
     };
-    Ok(with_warnings(json_response(code, &body), &warnings))
+    Ok(with_warnings(response, &warnings))
 }
 
 pub async fn delete_collection(ctx: &Context, body: Bytes) -> ApiResult {
