@@ -247,39 +247,69 @@ pub(crate) fn cron_job(object: &mut Value) {
     template(object, "/spec/jobTemplate/spec/template");
 }
 
+/// A new pod's QoS class in `status.qosClass` (upstream's pod strategy
+/// sets it at create, after admission has filled in requests and limits;
+/// `GetPodQOS`): Guaranteed when every container limits cpu and memory and
+/// the pod's summed requests equal its summed limits, BestEffort when no
+/// container asks for either, Burstable otherwise.
+pub(crate) fn pod_qos_class(object: &mut Value) {
+    use crate::quantity::Quantity;
+    use std::collections::BTreeMap;
+    let mut sums: [BTreeMap<&str, Quantity>; 2] = [BTreeMap::new(), BTreeMap::new()];
+    let mut guaranteed = true;
+    let containers = ["initContainers", "containers"]
+        .into_iter()
+        .flat_map(|list| {
+            object
+                .pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        });
+    for container in containers {
+        for (i, kind) in ["requests", "limits"].into_iter().enumerate() {
+            let mut found = 0;
+            for resource in ["cpu", "memory"] {
+                let quantity = container
+                    .pointer(&format!("/resources/{kind}/{resource}"))
+                    .and_then(Value::as_str)
+                    .and_then(|q| Quantity::parse(q).ok())
+                    .filter(|q| !q.is_zero());
+                if let Some(quantity) = quantity {
+                    found += 1;
+                    let sum = sums[i].entry(resource).or_insert_with(Quantity::zero);
+                    *sum = sum.add(&quantity);
+                }
+            }
+            if kind == "limits" && found < 2 {
+                guaranteed = false;
+            }
+        }
+    }
+    let [requests, limits] = &sums;
+    let class = if requests.is_empty() && limits.is_empty() {
+        "BestEffort"
+    } else if guaranteed
+        && requests.len() == limits.len()
+        && requests.iter().all(|(resource, request)| {
+            limits
+                .get(resource)
+                .is_some_and(|limit| limit.cmp_value(request).is_eq())
+        })
+    {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    };
+    if !object.get("status").is_some_and(Value::is_object) {
+        object["status"] = json!({});
+    }
+    object["status"]["qosClass"] = json!(class);
+}
+
 /// A Job's generated selector (unless it asks for `manualSelector`): its
 /// pods labelled with the Job's uid and name, and the selector matching the
 /// uid, as upstream's Job strategy sets on create.
-/// Upstream's `DefaultTolerationSeconds` admission: a new pod that does not
-/// tolerate the `not-ready` and `unreachable` NoExecute taints already
-/// tolerates them for 300 s, so a lost node's pods are evicted after five
-/// minutes rather than at once.
-pub(crate) fn pod_default_toleration_seconds(object: &mut Value) {
-    const SECONDS: i64 = 300;
-    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
-    let Some(list) = tolerations.as_array_mut() else {
-        return;
-    };
-    for key in [
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/unreachable",
-    ] {
-        let covered = list.iter().any(|t| {
-            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
-            let operator = t.get("operator").and_then(Value::as_str).unwrap_or("Equal");
-            let tkey = t.get("key").and_then(Value::as_str).unwrap_or("");
-            (effect.is_empty() || effect == "NoExecute")
-                && (tkey == key || (tkey.is_empty() && operator == "Exists"))
-        });
-        if !covered {
-            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": SECONDS}));
-        }
-    }
-}
-
 pub(crate) fn job_selector(object: &mut Value) {
     if object.pointer("/spec/manualSelector") == Some(&json!(true)) {
         return;
@@ -498,20 +528,42 @@ mod tests {
     use crate::Registry;
 
     #[test]
-    fn new_pods_tolerate_lost_nodes_for_five_minutes() {
-        let mut pod = json!({"spec": {"containers": [], "tolerations": [
-            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}]}});
-        pod_default_toleration_seconds(&mut pod);
-        let tolerations = pod["spec"]["tolerations"].as_array().expect("list");
-        assert_eq!(tolerations.len(), 2, "its own unreachable toleration kept");
-        assert_eq!(tolerations[1]["key"], "node.kubernetes.io/not-ready");
-        assert_eq!(tolerations[1]["tolerationSeconds"], 300);
-        let mut everything = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
-        pod_default_toleration_seconds(&mut everything);
+    fn a_pods_qos_class_follows_its_requests_and_limits() {
+        let class = |resources: Vec<Value>| {
+            let containers: Vec<Value> = resources
+                .into_iter()
+                .map(|r| json!({"name": "c", "resources": r}))
+                .collect();
+            let mut pod = json!({"spec": {"containers": containers}});
+            pod_qos_class(&mut pod);
+            pod["status"]["qosClass"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(class(vec![json!({})]), "BestEffort");
+        let both = json!({"cpu": "1", "memory": "1Gi"});
         assert_eq!(
-            everything["spec"]["tolerations"].as_array().map(Vec::len),
-            Some(1)
+            class(vec![json!({"requests": both, "limits": both})]),
+            "Guaranteed"
         );
+        assert_eq!(
+            class(vec![
+                json!({"requests": {"cpu": "1000m", "memory": "1024Mi"}, "limits": both})
+            ]),
+            "Guaranteed",
+            "equal quantities in other units"
+        );
+        assert_eq!(
+            class(vec![json!({"requests": {"cpu": "500m"}, "limits": both})]),
+            "Burstable"
+        );
+        assert_eq!(
+            class(vec![json!({"requests": both, "limits": both}), json!({})]),
+            "Burstable",
+            "a container without limits"
+        );
+        assert_eq!(class(vec![json!({"requests": {"cpu": "0"}})]), "BestEffort");
     }
 
     #[test]

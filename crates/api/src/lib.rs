@@ -31,6 +31,7 @@ pub mod time;
 pub use status::{Cause, Status};
 
 // The API server's machinery.
+pub mod admission;
 mod builtin;
 pub mod certificates;
 pub mod conversion;

@@ -240,9 +240,11 @@ pub fn prepare_create_admitted(
     }
     omit_empty_metadata(object);
     crate::quantity::canonicalize(def, object)?;
-    crate::defaults::on_create(def, object);
     crate::defaults::apply(def, object);
     admit(object);
+    // What only a create sets comes after admission, as upstream's
+    // `PrepareForCreate` (a pod's QoS class counts LimitRanger's defaults).
+    crate::defaults::on_create(def, object);
     go_shape(def, object);
     validate_change(def, object, None, Vec::new())
 }

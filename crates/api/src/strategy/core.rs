@@ -92,7 +92,7 @@ pub static PERSISTENT_VOLUME: Strategy = Strategy {
 
 pub static POD: Strategy = Strategy {
     defaults: defaults::pod,
-    on_create: defaults::pod_default_toleration_seconds,
+    on_create: defaults::pod_qos_class,
     validate: workloads::pod,
     update_rules: Some(update::pod),
     printer: Some(print::pod),

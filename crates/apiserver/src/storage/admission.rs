@@ -1,9 +1,14 @@
 //! The admission the storage layer runs for clients' writes of the main
 //! resource (upstream's admission chain, the plugins that need the store):
 //!
-//! - **LimitRanger**: a new pod's containers get their namespace's
-//!   LimitRange defaults (after the kind's defaults, before validation),
-//!   then pods and claims are held to the ranges' bounds — 403 otherwise.
+//! - **Mutating steps** on a new object (after the kind's defaults, before
+//!   validation): upstream's LimitRanger defaults, ServiceAccount,
+//!   Priority, DefaultTolerationSeconds and DefaultStorageClass, as the
+//!   ordered list [`rudder_api::admission::CHAIN`] of pure steps; this
+//!   module reads what they need (LimitRanges, the pod's ServiceAccount and
+//!   PriorityClass, the default StorageClass) and answers Priority's 403s.
+//! - **LimitRanger**'s bounds: pods and claims are held to the ranges —
+//!   403 otherwise.
 //! - **ResourceQuota**: a create (or an update that grows a Service or a
 //!   claim) is measured with [`rudder_api::quota`] against every quota of
 //!   the namespace it falls under; one that would exceed a quota is a 403
@@ -19,7 +24,7 @@
 
 use rudder_api::object::{self, Part};
 use rudder_api::quota::{self, ResourceList, Target};
-use rudder_api::{ResourceDef, Status, limitrange};
+use rudder_api::{ResourceDef, Status, admission, limitrange};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -98,16 +103,44 @@ impl Storage<'_> {
         } else {
             None
         };
-        let priority = if options.admit && def.group.is_empty() && def.plural == "pods" {
+        let pod =
+            options.admit && def.custom.is_none() && def.group.is_empty() && def.plural == "pods";
+        let priority = if pod {
             Some(self.pod_priority(def, object).await?)
         } else {
             None
         };
+        let service_account = match namespace {
+            Some(ns) if pod => self.service_account(ns, object).await?,
+            _ => None,
+        };
         Ok(Mutations {
-            ranges,
-            default_class,
-            priority,
+            admit: options.admit,
+            ranges: ranges.clone(),
+            inputs: admission::Inputs {
+                limit_ranges: ranges,
+                service_account,
+                volume_suffix: super::name_suffix(),
+                priority,
+                default_class,
+            },
         })
+    }
+
+    /// The ServiceAccount a new pod runs as, if it exists (from the watch
+    /// cache, as upstream's admission reads its informer).
+    async fn service_account(&self, namespace: &str, pod: &Value) -> Result<Option<Value>, Status> {
+        let name = ["/spec/serviceAccountName", "/spec/serviceAccount"]
+            .iter()
+            .find_map(|p| pod.pointer(p).and_then(Value::as_str))
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default");
+        let accounts = self
+            .cached(("", "v1", "serviceaccounts"), Some(namespace))
+            .await?;
+        Ok(accounts
+            .into_iter()
+            .find(|a| a.pointer("/metadata/name").and_then(Value::as_str) == Some(name)))
     }
 
     /// Upstream's Priority admission: a pod's `priorityClassName` (or the
@@ -445,38 +478,23 @@ fn check_request(
     Ok(charged)
 }
 
-/// What mutating admission reads from the store for a create: the
-/// namespace's LimitRanges, and for a claim naming no class, the default
-/// StorageClass.
+/// What mutating admission read from the store for a create (the
+/// namespace's LimitRanges, the pod's ServiceAccount and PriorityClass, the
+/// default StorageClass), for [`admission::CHAIN`].
 #[derive(Debug, Default)]
 pub(super) struct Mutations {
+    /// Whether the write is admitted at all (the server's own are not).
+    admit: bool,
     pub ranges: Vec<Value>,
-    default_class: Option<String>,
-    /// A new pod's priority: its class's name, value and preemption policy.
-    priority: Option<(Option<String>, i64, String)>,
+    inputs: admission::Inputs,
 }
 
 impl Mutations {
-    /// Fills a new pod's container defaults from the LimitRanges
-    /// (LimitRanger), a new claim's class (DefaultStorageClass) — before the
-    /// object is validated.
+    /// Runs upstream's mutating admission steps on a new object, after its
+    /// defaults and before it is validated.
     pub fn apply(&self, def: &ResourceDef, object: &mut Value) {
-        if !self.ranges.is_empty() && def.plural == "pods" {
-            limitrange::default_pod(&self.ranges, object);
-        }
-        if let Some((class, value, policy)) = &self.priority
-            && object.get("spec").is_some_and(Value::is_object)
-        {
-            if let Some(class) = class {
-                object["spec"]["priorityClassName"] = Value::String(class.clone());
-            }
-            object["spec"]["priority"] = Value::from(*value);
-            object["spec"]["preemptionPolicy"] = Value::String(policy.clone());
-        }
-        if let Some(class) = &self.default_class
-            && object.get("spec").is_some_and(Value::is_object)
-        {
-            object["spec"]["storageClassName"] = Value::String(class.clone());
+        if self.admit {
+            admission::admit(&self.inputs, def, object);
         }
     }
 }
