@@ -31,5 +31,5 @@ async fn the_python_client_works() {
         output.status.success(),
         "python client test failed:\n{stdout}\n{stderr}"
     );
-    assert!(stdout.contains("11 passed, 0 failed"), "{stdout}");
+    assert!(stdout.contains("20 passed, 0 failed"), "{stdout}");
 }

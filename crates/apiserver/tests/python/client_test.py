@@ -211,6 +211,154 @@ def delete():
         raise AssertionError("still there")
 
 
+# Issue 13, "API fidelity": what real clients catch.
+
+def raw(method, path, body=None, content_type="application/json"):
+    """A request through the client's own REST layer: (status, bytes)."""
+    api = v1.api_client
+    url = api.configuration.host + path
+    headers = {"Content-Type": content_type, "Accept": "application/json"}
+    r = api.rest_client.request(method, url, headers=headers, body=body)
+    return r.status, r.read()
+
+
+@case
+def deletes_answer_as_upstreams_registry():
+    svc = v1.create_namespaced_service(NS, client.V1Service(
+        metadata=client.V1ObjectMeta(name="gone"),
+        spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)])))
+    deleted = v1.delete_namespaced_service("gone", NS)  # decodes as a V1Service
+    assert deleted.metadata.uid == svc.metadata.uid, deleted
+    v1.create_namespaced_config_map(NS, cm("status-on-delete"))
+    status = v1.delete_namespaced_config_map("status-on-delete", NS)
+    if isinstance(status, dict):  # the client decodes a Status as a plain object
+        status = client.V1Status(status=status["status"], details=client.V1StatusDetails(**status["details"]))
+    assert status.status == "Success" and status.details.name == "status-on-delete", status
+    v1.create_namespaced_config_map(NS, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="held", finalizers=["example.com/hold"])))
+    held = v1.delete_namespaced_config_map("held", NS)
+    # Blocked by a finalizer: the object, with its deletionTimestamp.
+    assert held["kind"] == "ConfigMap" and held["metadata"]["deletionTimestamp"], held
+    v1.patch_namespaced_config_map("held", NS, [{"op": "remove", "path": "/metadata/finalizers"}])
+
+
+@case
+def objects_carry_the_fields_go_always_writes():
+    svc = v1.create_namespaced_service(NS, client.V1Service(
+        metadata=client.V1ObjectMeta(name="shaped"),
+        spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)])))
+    assert svc.status is not None and svc.status.load_balancer is not None, svc.status
+    assert v1.read_namespaced_service("shaped", NS).status.load_balancer is not None
+    listed = v1.list_namespaced_service(NS, field_selector="metadata.name=shaped").items
+    assert listed[0].status.load_balancer is not None
+    rs = apps.create_namespaced_replica_set(NS, client.V1ReplicaSet(
+        metadata=client.V1ObjectMeta(name="shaped"),
+        spec=client.V1ReplicaSetSpec(
+            replicas=0, selector=client.V1LabelSelector(match_labels={"a": "b"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"a": "b"}),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="i")])))))
+    assert rs.status.replicas == 0, rs.status
+
+
+@case
+def status_bodies_are_written_as_upstreams():
+    status, body = raw("GET", f"/api/v1/namespaces/{NS}/configmaps/missing")
+    expected = ('{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+                '"message":"configmaps \\"missing\\" not found","reason":"NotFound",'
+                '"details":{"name":"missing","kind":"configmaps"},"code":404}\n')
+    assert status == 404 and body.decode() == expected, body
+
+
+@case
+def an_unsupported_patch_type_is_415():
+    status, body = raw("PATCH", f"/api/v1/namespaces/{NS}/configmaps/one", "x", "text/plain")
+    assert status == 415 and b"UnsupportedMediaType" in body, (status, body)
+    assert b"application/strategic-merge-patch+json" in body, body
+
+
+@case
+def a_namespace_terminates_with_its_finalizer():
+    name = NS + "-doomed"
+    created = v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    assert created.spec.finalizers == ["kubernetes"], created.spec
+    v1.create_namespaced_config_map(name, cm("inside"))
+    v1.delete_namespace(name)
+    ns = v1.read_namespace(name)
+    assert ns.status.phase == "Terminating" and ns.metadata.deletion_timestamp, ns.status
+    try:
+        v1.create_namespaced_config_map(name, cm("late"))
+    except ApiException as e:
+        assert e.status == 403 and "being terminated" in e.body, e.body
+    else:
+        raise AssertionError("created in a terminating namespace")
+
+
+@case
+def discovery_paths_with_a_trailing_slash():
+    for path in ["/version/", "/api/", "/api/v1/", "/apis/", "/apis/apps/", "/apis/apps/v1/"]:
+        status, body = raw("GET", path)
+        assert status == 200, (path, status, body)
+    assert raw("GET", "/apis/apps/v1/nothing/")[0] == 404
+
+
+@case
+def json_patch_may_test_the_resource_version():
+    # kopf adds its finalizer this way.
+    current = v1.read_namespaced_config_map("page-0", NS)
+    rv = current.metadata.resource_version
+    patched = v1.patch_namespaced_config_map("page-0", NS, [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/metadata/annotations", "value": {"kopf": "yes"}}])
+    assert patched.metadata.annotations == {"kopf": "yes"}
+    try:  # stale now: the test fails
+        v1.patch_namespaced_config_map("page-0", NS, [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+            {"op": "remove", "path": "/metadata/annotations"}])
+    except ApiException as e:
+        assert e.status == 422, e.body
+    else:
+        raise AssertionError("a stale test passed")
+    try:  # a resourceVersion set by the patch is a precondition
+        v1.patch_namespaced_config_map("page-0", NS, [
+            {"op": "replace", "path": "/metadata/resourceVersion", "value": rv}])
+    except ApiException as e:
+        assert e.status == 409, e.body
+    else:
+        raise AssertionError("a stale precondition passed")
+
+
+@case
+def base64_with_line_breaks_is_stored_unwrapped():
+    status, body = raw("POST", f"/api/v1/namespaces/{NS}/secrets", {
+        "metadata": {"name": "wrapped"},
+        "data": {"tls.crt": "aGVsbG8gd29y\nbGQ=", "b": "aGVs\r\nbG8="}})
+    assert status == 201, body
+    secret = v1.read_namespaced_secret("wrapped", NS)
+    assert secret.data == {"tls.crt": "aGVsbG8gd29ybGQ=", "b": "aGVsbG8="}, secret.data
+    status, body = raw("POST", f"/api/v1/namespaces/{NS}/secrets", {
+        "metadata": {"name": "garbage"}, "data": {"a": "!!!\n"}})
+    assert status == 400, body
+
+
+@case
+def new_pods_get_upstreams_default_admission():
+    pod = v1.create_namespaced_pod(NS, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="admitted"),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="i")])))
+    spec = pod.spec
+    keys = {(t.key, t.toleration_seconds) for t in spec.tolerations}
+    assert keys == {("node.kubernetes.io/not-ready", 300), ("node.kubernetes.io/unreachable", 300)}, keys
+    assert spec.service_account_name == "default" and spec.service_account == "default"
+    volume = spec.volumes[0]
+    assert volume.name.startswith("kube-api-access-") and volume.projected.sources[0].service_account_token
+    mount = spec.containers[0].volume_mounts[0]
+    assert mount.mount_path == "/var/run/secrets/kubernetes.io/serviceaccount" and mount.read_only
+    assert spec.priority == 0 and spec.preemption_policy == "PreemptLowerPriority"
+    assert spec.enable_service_links is True
+    assert pod.status.qos_class == "BestEffort", pod.status
+
+
 failed = [name for name, error in results if error]
 print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
 sys.exit(1 if failed else 0)
