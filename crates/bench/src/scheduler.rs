@@ -293,6 +293,62 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
     Ok((result, plane))
 }
 
+/// The scheduler's own cost, no API: the workload's nodes and initial
+/// pods in a cache, then each measured pod through a whole cycle
+/// (PreFilter … Score) and assumed on the node chosen, one after another
+/// on one thread — the rate the scheduling loop could reach if the API
+/// server cost nothing.
+fn cycle_rate(w: &Workload) -> anyhow::Result<f64> {
+    use rudder_scheduler::cache::Cache;
+    use rudder_scheduler::framework::{CycleState, PodInfo};
+    let mut cache = Cache::new();
+    for i in 0..w.nodes {
+        cache.set_node(Arc::new(serde_json::from_value(node(
+            i,
+            (w.node_labels)(i),
+        ))?));
+    }
+    let as_pod = |v: Value, ns: &str| -> anyhow::Result<Arc<Pod>> {
+        let mut pod: Pod = serde_json::from_value(v)?;
+        pod.metadata.namespace = Some(ns.into());
+        pod.metadata.uid = Some(format!(
+            "{ns}-{}",
+            pod.metadata.name.clone().unwrap_or_default()
+        ));
+        Ok(Arc::new(pod))
+    };
+    let profile = rudder_scheduler::Profile::default_profile(None);
+    let mut start = 0;
+    let mut place = |cache: &mut Cache, pod: Arc<Pod>| -> anyhow::Result<()> {
+        let info = Arc::new(PodInfo::new(pod));
+        let snapshot = cache.snapshot();
+        let mut state = CycleState::default();
+        match rudder_scheduler::cycle::schedule(&profile, &mut state, &info, &snapshot, &mut start)
+        {
+            rudder_scheduler::cycle::Decision::Fit(chosen) => {
+                drop(snapshot);
+                cache.assume(info, &chosen.node);
+                Ok(())
+            }
+            other => anyhow::bail!("{} did not fit: {other:?}", info.key),
+        }
+    };
+    for p in pods("init", w.init_pods, w.init_spec, None) {
+        place(&mut cache, as_pod(p, "init")?)?;
+    }
+    let measured = pods("measure", w.measure_pods, w.measure_spec, None)
+        .into_iter()
+        .map(|p| as_pod(p, "measure"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let began = Instant::now();
+    for pod in measured {
+        place(&mut cache, pod)?;
+    }
+    let rate = w.measure_pods as f64 / began.elapsed().as_secs_f64();
+    eprintln!("{}: cycles alone (no API): {rate:.0} pods/s", w.name);
+    Ok(rate)
+}
+
 /// The floor: the same number of pods, for no scheduler, bound round-robin
 /// by 64 concurrent binding POSTs.
 async fn bind_floor(plane: &ControlPlane, count: usize, nodes: usize) -> anyhow::Result<f64> {
@@ -326,6 +382,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let mut metrics = Vec::new();
     let mut floor = None;
     for w in workloads(options.quick) {
+        let cycles = cycle_rate(&w)?;
+        if std::env::var_os("RUDDER_BENCH_CYCLES_ONLY").is_some() {
+            continue;
+        }
         let (m, plane) = run_workload(&w).await?;
         if floor.is_none() {
             floor = Some(bind_floor(&plane, w.measure_pods, w.nodes).await?);
@@ -343,6 +403,11 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         metrics.push(rate);
         metrics.push(Metric::new(&format!("{}_p50_ms", w.name), "ms", m.p50_ms));
         metrics.push(Metric::new(&format!("{}_p99_ms", w.name), "ms", m.p99_ms));
+        metrics.push(Metric::new(
+            &format!("{}_cycles_alone_pods_per_s", w.name),
+            "pods/s",
+            cycles,
+        ));
     }
     if let Some(floor) = floor {
         metrics.push(Metric::new("bind_floor_pods_per_s", "pods/s", floor));

@@ -44,13 +44,26 @@ pub struct Cache {
     image_nodes: Arc<HashMap<String, usize>>,
     listers: Arc<Listers>,
     /// The present nodes' infos in `order`, and each one's position: what
-    /// a snapshot copies (pointers only), kept up to date on every change
-    /// so a cycle pays no lookup per node.
-    list: Vec<Arc<NodeInfo>>,
+    /// a snapshot shares, kept up to date on every change so a cycle pays
+    /// nothing per node to start. A change copies the list only while a
+    /// snapshot still holds it (the scheduling loop drops its snapshot
+    /// before it assumes).
+    list: Arc<Vec<Arc<NodeInfo>>>,
     index: Arc<HashMap<String, usize>>,
+    /// The positions in `list` of nodes with pods that have pod affinity
+    /// terms; `None` after a change that may have altered them.
+    with_affinity: Option<Arc<Vec<usize>>>,
     /// When assumptions were last checked for expiry (once a second: the
     /// check walks every pod).
     expired_at: Option<Instant>,
+}
+
+/// What the entry of a present node holds while the list's copy changes.
+fn placeholder() -> Arc<NodeInfo> {
+    static EMPTY: std::sync::OnceLock<Arc<NodeInfo>> = std::sync::OnceLock::new();
+    EMPTY
+        .get_or_init(|| Arc::new(NodeInfo::new(Arc::new(Node::default()))))
+        .clone()
 }
 
 fn pod_key(pod: &Pod) -> String {
@@ -131,28 +144,52 @@ impl Cache {
             // A new node, last in the order: appended, no rebuild.
             let info = entry.info.clone();
             Arc::make_mut(&mut self.index).insert(name, self.list.len());
-            self.list.push(info);
+            Arc::make_mut(&mut self.list).push(info);
+            self.with_affinity = None;
         } else {
             self.rebuild();
         }
     }
 
-    /// Puts a node's changed info in the list snapshots copy.
+    /// Puts a node's changed info in the list snapshots share.
     fn refresh(&mut self, name: &str) {
         if let (Some(&at), Some(entry)) = (self.index.get(name), self.nodes.get(name)) {
-            self.list[at] = entry.info.clone();
+            Arc::make_mut(&mut self.list)[at] = entry.info.clone();
+            self.with_affinity = None;
+        }
+    }
+
+    /// Changes a node's info in place. The entry and the list share it;
+    /// the entry lets go first, so it is copied only if a snapshot holds it.
+    fn change_node(&mut self, name: &str, change: impl FnOnce(&mut NodeInfo)) {
+        let at = self.index.get(name).copied();
+        let entry = self.entry(name);
+        match at {
+            Some(at) if entry.present => {
+                entry.info = placeholder();
+                let list = Arc::make_mut(&mut self.list);
+                change(Arc::make_mut(&mut list[at]));
+                let info = list[at].clone();
+                if let Some(entry) = self.nodes.get_mut(name) {
+                    entry.info = info;
+                }
+                self.with_affinity = None;
+            }
+            _ => change(Arc::make_mut(&mut entry.info)),
         }
     }
 
     /// Rebuilds the list and positions after nodes came or went.
     fn rebuild(&mut self) {
-        self.list = self
-            .order
-            .iter()
-            .filter_map(|name| self.nodes.get(name))
-            .filter(|e| e.present)
-            .map(|e| e.info.clone())
-            .collect();
+        self.with_affinity = None;
+        self.list = Arc::new(
+            self.order
+                .iter()
+                .filter_map(|name| self.nodes.get(name))
+                .filter(|e| e.present)
+                .map(|e| e.info.clone())
+                .collect(),
+        );
         self.index = Arc::new(
             self.list
                 .iter()
@@ -185,21 +222,24 @@ impl Cache {
     }
 
     fn add_to_node(&mut self, node: &str, pod: Arc<PodInfo>) {
-        let entry = self.entry(node);
-        Arc::make_mut(&mut entry.info).add_pod(pod);
-        self.refresh(node);
+        self.change_node(node, |info| info.add_pod(pod));
     }
 
     fn remove_from_node(&mut self, node: &str, key: &str) {
-        let Some(entry) = self.nodes.get_mut(node) else {
+        if !self.nodes.contains_key(node) {
             return;
-        };
-        Arc::make_mut(&mut entry.info).remove_pod(key);
-        if !entry.present && entry.info.pods.is_empty() {
+        }
+        self.change_node(node, |info| {
+            info.remove_pod(key);
+        });
+        if self
+            .nodes
+            .get(node)
+            .is_some_and(|e| !e.present && e.info.pods.is_empty())
+        {
             self.nodes.remove(node);
             self.order.retain(|n| n != node);
         }
-        self.refresh(node);
     }
 
     /// Counts `pod` on `node` before it is bound (Reserve).
@@ -299,9 +339,15 @@ impl Cache {
         expired
     }
 
-    /// The nodes that exist, with their pods, for one cycle.
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot::indexed(self.list.clone(), self.index.clone())
+    /// The nodes that exist, with their pods, for one cycle: shared with
+    /// the cache, nothing copied.
+    pub fn snapshot(&mut self) -> Snapshot {
+        let list = &self.list;
+        let with_affinity = self
+            .with_affinity
+            .get_or_insert_with(|| Arc::new(Snapshot::with_affinity(list)))
+            .clone();
+        Snapshot::shared(self.list.clone(), self.index.clone(), with_affinity)
             .with_images(self.image_nodes.clone())
             .with_listers(self.listers.clone())
     }
@@ -353,6 +399,29 @@ mod tests {
         // Another assumed then forgotten.
         cache.assume(Arc::new(PodInfo::new(pod("b", None))), "n1");
         cache.forget("default/b");
+        assert_eq!(cache.snapshot().get("n1").expect("n1").pods.len(), 1);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_what_it_saw_while_the_cache_changes() {
+        let mut cache = Cache::new();
+        cache.set_node(node("n1"));
+        cache.set_node(node("n2"));
+        let before = cache.snapshot();
+        cache.assume(Arc::new(PodInfo::new(pod("a", None))), "n1");
+        cache.set_pod(pod("b", Some("n2")));
+        // The snapshot taken before is unchanged; a new one sees both.
+        assert!(before.get("n1").expect("n1").pods.is_empty());
+        assert!(before.get("n2").expect("n2").pods.is_empty());
+        let after = cache.snapshot();
+        assert_eq!(after.get("n1").expect("n1").pods.len(), 1);
+        assert_eq!(after.get("n2").expect("n2").pods.len(), 1);
+        // With no snapshot held, changes are made in place, and the
+        // list's info and the entry's agree.
+        drop((before, after));
+        cache.forget("default/a");
+        assert!(cache.snapshot().get("n1").expect("n1").pods.is_empty());
+        cache.assume(Arc::new(PodInfo::new(pod("c", None))), "n1");
         assert_eq!(cache.snapshot().get("n1").expect("n1").pods.len(), 1);
     }
 

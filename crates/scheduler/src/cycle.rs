@@ -364,7 +364,7 @@ pub fn run_post_filter(
     statuses: &HashMap<String, Status>,
 ) -> (PostFilterResult, Status) {
     let mut kept = PostFilterResult::default();
-    let mut reasons = Vec::new();
+    let mut reasons = crate::framework::Reasons::new();
     let mut rejector = "";
     for plugin in &profile.post_filter {
         let (result, status) = plugin.post_filter(profile, state, pod, snapshot, statuses);

@@ -80,7 +80,7 @@ pub fn explain(profile: &Profile, pod: &PodInfo, snapshot: &Snapshot) -> Explana
         }
     }
     let mut feasible: Vec<Arc<NodeInfo>> = Vec::new();
-    for node in &snapshot.nodes {
+    for node in snapshot.nodes.iter() {
         let mut filters = Vec::new();
         if allowed
             .as_ref()

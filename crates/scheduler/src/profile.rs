@@ -242,7 +242,7 @@ impl Profile {
             }
             balanced::NAME => {
                 let p = Arc::new(balanced::BalancedAllocation {
-                    resources: enabled.balanced_allocation_args().resources(),
+                    resources: fit::weighted(&enabled.balanced_allocation_args().resources()),
                 });
                 self.pre_score.push(p.clone());
                 self.score.push((p, weight));

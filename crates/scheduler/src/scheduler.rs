@@ -324,6 +324,9 @@ impl Loop {
             let mut state = CycleState::default();
             match cycle::schedule(&profile, &mut state, &info, &snapshot, &mut start) {
                 Decision::Fit(chosen) => {
+                    // The cache's node list is shared with the snapshot:
+                    // let go of it so assuming changes it in place.
+                    drop(snapshot);
                     let permit = tokio::select! {
                         () = stop.cancelled() => break,
                         permit = bindings.clone().acquire_owned() => permit,

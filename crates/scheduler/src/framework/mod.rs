@@ -11,6 +11,7 @@
 
 pub mod affinity;
 pub mod listers;
+pub mod status;
 pub mod types;
 pub mod volumes;
 
@@ -23,94 +24,12 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 pub use listers::Listers;
+pub use status::{Code, Reason, Reasons, Status};
 pub use types::{NodeInfo, PodInfo, Resource};
 pub use volumes::VolumeListers;
 
 /// The highest score a plugin gives a node (`MaxNodeScore`).
 pub const MAX_NODE_SCORE: i64 = 100;
-
-/// What a plugin's answer means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    Success,
-    /// Something went wrong: the attempt fails and the pod is retried.
-    Error,
-    /// The pod does not fit, but preemption might make it.
-    Unschedulable,
-    /// The pod does not fit and preemption cannot help.
-    UnschedulableAndUnresolvable,
-    /// The plugin has nothing to do for this pod (its later extension
-    /// points are skipped).
-    Skip,
-}
-
-/// A plugin's answer: a code and the reasons, named by the plugin.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Status {
-    pub code: Code,
-    pub reasons: Vec<String>,
-    pub plugin: &'static str,
-}
-
-impl Status {
-    pub const fn success() -> Self {
-        Status {
-            code: Code::Success,
-            reasons: Vec::new(),
-            plugin: "",
-        }
-    }
-
-    pub fn new(code: Code, reason: impl Into<String>) -> Self {
-        Status {
-            code,
-            reasons: vec![reason.into()],
-            plugin: "",
-        }
-    }
-
-    pub fn unschedulable(reason: impl Into<String>) -> Self {
-        Status::new(Code::Unschedulable, reason)
-    }
-
-    pub fn unresolvable(reason: impl Into<String>) -> Self {
-        Status::new(Code::UnschedulableAndUnresolvable, reason)
-    }
-
-    pub fn error(reason: impl Into<String>) -> Self {
-        Status::new(Code::Error, reason)
-    }
-
-    pub const fn skip() -> Self {
-        Status {
-            code: Code::Skip,
-            reasons: Vec::new(),
-            plugin: "",
-        }
-    }
-
-    pub fn is_success(&self) -> bool {
-        self.code == Code::Success
-    }
-
-    pub fn is_rejection(&self) -> bool {
-        matches!(
-            self.code,
-            Code::Unschedulable | Code::UnschedulableAndUnresolvable
-        )
-    }
-
-    /// The same, attributed to `plugin`.
-    pub fn by(mut self, plugin: &'static str) -> Self {
-        self.plugin = plugin;
-        self
-    }
-
-    /// The reasons joined, as upstream's `Status.Message`.
-    pub fn message(&self) -> String {
-        self.reasons.join(", ")
-    }
-}
 
 /// State one scheduling cycle's plugins keep between their extension
 /// points (upstream's `CycleState`): written at PreFilter or PreScore, read
@@ -183,10 +102,10 @@ impl CycleState {
 /// The nodes one cycle sees, in the cache's order (upstream's `Snapshot`).
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
-    pub nodes: Vec<Arc<NodeInfo>>,
+    pub nodes: Arc<Vec<Arc<NodeInfo>>>,
     index: Arc<HashMap<String, usize>>,
     /// The nodes with a pod that has pod affinity or anti-affinity terms.
-    pub with_affinity_pods: Vec<usize>,
+    pub with_affinity_pods: Arc<Vec<usize>>,
     /// How many nodes have each image (for ImageLocality's spread).
     pub image_nodes: Arc<HashMap<String, usize>>,
     /// Claims, volumes, classes and CSINodes (the volume plugins' listers).
@@ -215,12 +134,26 @@ impl Snapshot {
     /// The same, with the positions of the nodes by name already known
     /// (the cache keeps them between cycles).
     pub fn indexed(nodes: Vec<Arc<NodeInfo>>, index: Arc<HashMap<String, usize>>) -> Self {
-        let with_affinity_pods = nodes
+        let with_affinity = Arc::new(Snapshot::with_affinity(&nodes));
+        Snapshot::shared(Arc::new(nodes), index, with_affinity)
+    }
+
+    /// The positions of the nodes with pods that have pod affinity terms.
+    pub fn with_affinity(nodes: &[Arc<NodeInfo>]) -> Vec<usize> {
+        nodes
             .iter()
             .enumerate()
             .filter(|(_, n)| n.pods_with_affinity > 0)
             .map(|(i, _)| i)
-            .collect();
+            .collect()
+    }
+
+    /// The same, from lists the cache shares.
+    pub fn shared(
+        nodes: Arc<Vec<Arc<NodeInfo>>>,
+        index: Arc<HashMap<String, usize>>,
+        with_affinity_pods: Arc<Vec<usize>>,
+    ) -> Self {
         Snapshot {
             nodes,
             index,

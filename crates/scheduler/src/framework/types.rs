@@ -89,12 +89,40 @@ impl Resource {
 
     /// The amount of a named resource (`cpu` in thousandths).
     pub fn get(&self, name: &str) -> i64 {
+        self.amount(&ResourceName::from(name))
+    }
+
+    /// The same, by a name resolved once (what scoring uses per node).
+    pub fn amount(&self, name: &ResourceName) -> i64 {
         match name {
-            "cpu" => self.milli_cpu,
-            "memory" => self.memory,
-            "ephemeral-storage" => self.ephemeral_storage,
-            "pods" => self.allowed_pods,
-            other => self.scalar.get(other).copied().unwrap_or(0),
+            ResourceName::Cpu => self.milli_cpu,
+            ResourceName::Memory => self.memory,
+            ResourceName::EphemeralStorage => self.ephemeral_storage,
+            ResourceName::Pods => self.allowed_pods,
+            ResourceName::Scalar(other) => self.scalar.get(other).copied().unwrap_or(0),
+        }
+    }
+}
+
+/// A resource's name, resolved to the field that counts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceName {
+    Cpu,
+    Memory,
+    EphemeralStorage,
+    Pods,
+    /// Extended resources, hugepages and anything else, by name.
+    Scalar(String),
+}
+
+impl From<&str> for ResourceName {
+    fn from(name: &str) -> Self {
+        match name {
+            "cpu" => ResourceName::Cpu,
+            "memory" => ResourceName::Memory,
+            "ephemeral-storage" => ResourceName::EphemeralStorage,
+            "pods" => ResourceName::Pods,
+            other => ResourceName::Scalar(other.to_string()),
         }
     }
 }

@@ -6,19 +6,19 @@ use crate::framework::{
     CycleState, MAX_NODE_SCORE, NodeInfo, Plugin, PodInfo, PreScore, Score, Snapshot, Status,
 };
 
-use super::fit::{ResourceWeight, default_resources, requested_and_allocatable};
+use super::fit::{Weighted, default_resources, requested_and_allocatable, weighted};
 
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
 
 #[derive(Debug, Clone)]
 pub struct BalancedAllocation {
-    pub resources: Vec<ResourceWeight>,
+    pub resources: Vec<Weighted>,
 }
 
 impl Default for BalancedAllocation {
     fn default() -> Self {
         BalancedAllocation {
-            resources: default_resources(),
+            resources: weighted(&default_resources()),
         }
     }
 }
@@ -64,17 +64,27 @@ pub fn balanced_score(fractions: &[f64]) -> i64 {
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
 }
 
+/// Resources scored without a heap allocation per node (cpu and memory,
+/// the default, and a few extended ones).
+const INLINE_FRACTIONS: usize = 8;
+
 impl Score for BalancedAllocation {
     fn score(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> i64 {
-        let fractions: Vec<f64> = self
-            .resources
-            .iter()
-            .filter_map(|r| {
-                let (requested, allocatable) = requested_and_allocatable(pod, node, &r.name, false);
-                (allocatable > 0).then(|| (requested as f64 / allocatable as f64).min(1.0))
-            })
-            .collect();
-        balanced_score(&fractions)
+        let fractions = self.resources.iter().filter_map(|r| {
+            let (requested, allocatable) = requested_and_allocatable(pod, node, &r.name, false);
+            (allocatable > 0).then(|| (requested as f64 / allocatable as f64).min(1.0))
+        });
+        if self.resources.len() <= INLINE_FRACTIONS {
+            let mut inline = [0f64; INLINE_FRACTIONS];
+            let mut n = 0;
+            for f in fractions {
+                inline[n] = f;
+                n += 1;
+            }
+            balanced_score(&inline[..n])
+        } else {
+            balanced_score(&fractions.collect::<Vec<f64>>())
+        }
     }
 }
 

@@ -16,8 +16,8 @@ use rudder_runtime::meta::{selector_is_empty, selector_matches};
 
 use crate::cycle::FitError;
 use crate::framework::{
-    Code, CycleState, Handle, NodeInfo, Plugin, PodInfo, PostFilter, PostFilterResult, Snapshot,
-    Status,
+    Code, CycleState, Handle, NodeInfo, Plugin, PodInfo, PostFilter, PostFilterResult, Reasons,
+    Snapshot, Status,
 };
 use crate::nominator::nominated_node_name;
 use crate::preemption::{self, NOT_HELPFUL};
@@ -62,7 +62,7 @@ impl PostFilter for DefaultPreemption {
         let offset = rand::random_range(0..snapshot.len().max(1));
         let (result, mut status) = self.preempt(handle, state, pod, snapshot, statuses, offset);
         if !status.reasons.is_empty() {
-            status.reasons = vec![format!("preemption: {}", status.message())];
+            status.reasons = Reasons::one(format!("preemption: {}", status.message()));
         }
         (result, status)
     }

@@ -6,9 +6,9 @@
 
 use serde::Deserialize;
 
-use crate::framework::types::Resource;
+use crate::framework::types::{Resource, ResourceName};
 use crate::framework::{
-    CycleState, Filter, MAX_NODE_SCORE, NodeInfo, Plugin, PodInfo, Score, Status,
+    CycleState, Filter, MAX_NODE_SCORE, NodeInfo, Plugin, PodInfo, Reasons, Score, Status,
 };
 
 pub const NAME: &str = "NodeResourcesFit";
@@ -46,14 +46,32 @@ pub enum Strategy {
 #[derive(Debug, Clone)]
 pub struct Fit {
     pub strategy: Strategy,
-    pub resources: Vec<ResourceWeight>,
+    pub resources: Vec<Weighted>,
+}
+
+/// A resource scored, its name resolved once, and its weight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Weighted {
+    pub name: ResourceName,
+    pub weight: i64,
+}
+
+/// The resources of a plugin's arguments, resolved.
+pub fn weighted(resources: &[ResourceWeight]) -> Vec<Weighted> {
+    resources
+        .iter()
+        .map(|r| Weighted {
+            name: ResourceName::from(r.name.as_str()),
+            weight: r.weight,
+        })
+        .collect()
 }
 
 impl Default for Fit {
     fn default() -> Self {
         Fit {
             strategy: Strategy::LeastAllocated,
-            resources: default_resources(),
+            resources: weighted(&default_resources()),
         }
     }
 }
@@ -73,7 +91,7 @@ impl Fit {
         };
         Fit {
             strategy,
-            resources: s.resources,
+            resources: weighted(&s.resources),
         }
     }
 }
@@ -96,23 +114,23 @@ impl Plugin for Fit {
 }
 
 /// What does not fit: upstream's reasons, in its order.
-pub fn insufficient(pod: &Resource, node: &NodeInfo) -> Vec<String> {
-    let mut reasons = Vec::new();
+pub fn insufficient(pod: &Resource, node: &NodeInfo) -> Reasons {
+    let mut reasons = Reasons::new();
     if node.pods.len() as i64 + 1 > node.allocatable.allowed_pods {
-        reasons.push(TOO_MANY_PODS.to_string());
+        reasons.push(TOO_MANY_PODS);
     }
     let (a, r) = (&node.allocatable, &node.requested);
-    for (name, wanted, free) in [
-        ("cpu", pod.milli_cpu, a.milli_cpu - r.milli_cpu),
-        ("memory", pod.memory, a.memory - r.memory),
+    for (reason, wanted, free) in [
+        ("Insufficient cpu", pod.milli_cpu, a.milli_cpu - r.milli_cpu),
+        ("Insufficient memory", pod.memory, a.memory - r.memory),
         (
-            "ephemeral-storage",
+            "Insufficient ephemeral-storage",
             pod.ephemeral_storage,
             a.ephemeral_storage - r.ephemeral_storage,
         ),
     ] {
         if wanted > 0 && wanted > free {
-            reasons.push(format!("Insufficient {name}"));
+            reasons.push(reason);
         }
     }
     let free = |name: &str| node.allocatable.get(name) - node.requested.get(name);
@@ -145,14 +163,14 @@ impl Filter for Fit {
 pub fn requested_and_allocatable(
     pod: &PodInfo,
     node: &NodeInfo,
-    resource: &str,
+    resource: &ResourceName,
     non_zero: bool,
 ) -> (i64, i64) {
-    let allocatable = node.allocatable.get(resource);
-    let requested = if non_zero && matches!(resource, "cpu" | "memory") {
-        node.non_zero_requested.get(resource) + pod.non_zero_requests.get(resource)
+    let allocatable = node.allocatable.amount(resource);
+    let requested = if non_zero && matches!(resource, ResourceName::Cpu | ResourceName::Memory) {
+        node.non_zero_requested.amount(resource) + pod.non_zero_requests.amount(resource)
     } else {
-        node.requested.get(resource) + pod.requests.get(resource)
+        node.requested.amount(resource) + pod.requests.amount(resource)
     };
     (requested, allocatable)
 }

@@ -210,7 +210,7 @@ impl PreFilter for InterPodAffinity {
         let required_anti_affinity = resolved(snapshot, terms.required_anti_affinity.iter());
         let (mut affinity, mut anti_affinity) = (Counts::default(), Counts::default());
         if !required_affinity.is_empty() || !required_anti_affinity.is_empty() {
-            for node in &snapshot.nodes {
+            for node in snapshot.nodes.iter() {
                 for other in &node.pods {
                     affinity.update_with_affinity(&required_affinity, &other.pod, node, 1);
                     anti_affinity.update_with_anti_affinity(
@@ -298,7 +298,7 @@ mod tests {
                 .iter()
                 .map(|n| {
                     let s = InterPodAffinity::default().filter(&state, p, n);
-                    (s.code, s.reasons)
+                    (s.code, s.reasons.iter().map(String::from).collect())
                 })
                 .collect(),
         )

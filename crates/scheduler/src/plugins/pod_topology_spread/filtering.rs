@@ -94,7 +94,7 @@ impl PreFilter for PodTopologySpread {
             return (PreFilterResult::default(), Status::skip());
         }
         let mut counts = vec![HashMap::new(); constraints.len()];
-        for node in &snapshot.nodes {
+        for node in snapshot.nodes.iter() {
             if !has_all_keys(node, &constraints) {
                 continue;
             }

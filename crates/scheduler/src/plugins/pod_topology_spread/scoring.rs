@@ -95,7 +95,7 @@ impl PreScore for PodTopologySpread {
                 ((size + 2) as f64).ln()
             })
             .collect();
-        for node in &snapshot.nodes {
+        for node in snapshot.nodes.iter() {
             if require_all && !has_all_keys(node, &s.constraints) {
                 continue;
             }
