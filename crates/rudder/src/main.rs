@@ -2,6 +2,7 @@
 //! wiring of each subcommand lives in its own module.
 
 mod explain;
+mod images;
 mod server;
 
 use clap::{Parser, Subcommand};
@@ -16,10 +17,17 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the control plane on this machine.
-    Server(server::ServerArgs),
+    Server(Box<server::ServerArgs>),
     /// Explain why a pod is Pending (or went where it went): every node
     /// with each scheduler plugin's verdict and score.
     Explain(explain::ExplainArgs),
+    /// Images for machines without a registry: import archives into the
+    /// node's containerd, pack local images.
+    #[command(subcommand)]
+    Images(images::ImagesCommand),
+    /// Stop every pod of this machine's agent, its containerd and its pod
+    /// network (k3s-killall.sh).
+    Killall(images::KillallArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,7 +43,9 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Server(args) => runtime.block_on(server::run(args)),
+        Command::Server(args) => runtime.block_on(server::run(*args)),
         Command::Explain(args) => runtime.block_on(explain::run(args)),
+        Command::Images(command) => runtime.block_on(images::run(command)),
+        Command::Killall(args) => runtime.block_on(images::killall(args)),
     }
 }

@@ -46,9 +46,25 @@ pub struct ServerArgs {
     pub tls_sans: Vec<String>,
 
     /// Run the control plane only, without a node agent on this machine.
-    /// (There is no node agent yet: this is what every server runs today.)
     #[arg(long)]
     pub disable_agent: bool,
+
+    /// The name of this machine's node (default: the host name).
+    #[arg(long, env = "RUDDER_NODE_NAME")]
+    pub node_name: Option<String>,
+
+    /// The agent uses this CRI runtime (`unix:///run/containerd/containerd.sock`)
+    /// instead of starting its own containerd.
+    #[arg(long)]
+    pub container_runtime_endpoint: Option<String>,
+
+    /// The node's address (default: the source address of the default route).
+    #[arg(long)]
+    pub node_ip: Option<std::net::IpAddr>,
+
+    /// The CIDR Service ClusterIPs are allocated from (blackholed on the node).
+    #[arg(long, default_value = "10.43.0.0/16")]
+    pub service_cidr: String,
 
     /// Run no controllers (garbage collector, namespace lifecycle, …): the
     /// API server stores what it is given and nothing reconciles it.
@@ -270,6 +286,32 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         });
     }
 
+    if !args.disable_agent {
+        let options = agent_options(&args)?;
+        let client = server.client(&Identity::node(&options.node_name));
+        let stop = cancel.clone();
+        // A node agent that cannot start (no containerd, not root) is
+        // retried, as a kubelet waits for its runtime; the control plane
+        // serves on meanwhile.
+        tasks.spawn(async move {
+            loop {
+                let clock = rudder_runtime::clock::system();
+                match rudder_kubelet::agent::run(client.clone(), options.clone(), clock, stop.clone())
+                    .await
+                {
+                    Ok(()) => return Ok(()),
+                    Err(error) => {
+                        tracing::error!(error = %format!("{error:#}"), "the node agent could not start; retrying in 10s");
+                    }
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
+                }
+            }
+        });
+    }
+
     let outcome = tokio::select! {
         signal = shutdown_signal() => signal,
         ended = server.wait() => ended,
@@ -288,6 +330,38 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     }
     server.stop().await;
     outcome
+}
+
+/// The in-process agent's options: the server's node, labelled
+/// control-plane, with its state under DATA_DIR/agent.
+fn agent_options(args: &ServerArgs) -> anyhow::Result<rudder_kubelet::agent::Options> {
+    let name = match &args.node_name {
+        Some(name) => name.clone(),
+        None => hostname()?,
+    };
+    let mut options = rudder_kubelet::agent::Options::new(&name, args.data_dir.clone());
+    options.control_plane = true;
+    options.container_runtime_endpoint = args.container_runtime_endpoint.clone();
+    options.node_ip = args.node_ip;
+    options.cluster_cidr = args
+        .cluster_cidr
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--cluster-cidr: {e}"))?;
+    options.service_cidr = args
+        .service_cidr
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--service-cidr: {e}"))?;
+    Ok(options)
+}
+
+/// This machine's host name, lower-cased as a node name must be.
+fn hostname() -> anyhow::Result<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .context("read the host name")?
+        .trim()
+        .to_lowercase();
+    anyhow::ensure!(!name.is_empty(), "the host name is empty: give --node-name");
+    Ok(name)
 }
 
 async fn shutdown_signal() -> anyhow::Result<()> {

@@ -396,7 +396,12 @@ fn trimmed<K: Resource>(mut object: K) -> K {
 }
 
 /// Starts an informer over `api`, running until `cancel` fires.
-fn start<K: Object>(api: Api<K>, cancel: CancellationToken, what: String) -> Informer<K> {
+fn start<K: Object>(
+    api: Api<K>,
+    config: watcher::Config,
+    cancel: CancellationToken,
+    what: String,
+) -> Informer<K> {
     let store = Store::new();
     let (changes, _) = broadcast::channel(FAN_OUT_BUFFER);
     let (synced_tx, synced) = watch::channel(false);
@@ -406,7 +411,7 @@ fn start<K: Object>(api: Api<K>, cancel: CancellationToken, what: String) -> Inf
         synced,
     };
     tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let stream = watcher(api, config).default_backoff();
         futures::pin_mut!(stream);
         let mut listing: Option<Vec<K>> = None;
         loop {
@@ -474,14 +479,19 @@ impl Informers {
         self.client.clone()
     }
 
-    fn shared<K: Object>(&self, id: String, api: impl FnOnce() -> Api<K>) -> Informer<K> {
+    fn shared<K: Object>(
+        &self,
+        id: String,
+        config: watcher::Config,
+        api: impl FnOnce() -> Api<K>,
+    ) -> Informer<K> {
         let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(existing) = started.get(&id)
             && let Some(informer) = existing.downcast_ref::<Informer<K>>()
         {
             return informer.clone();
         }
-        let informer = start(api(), self.cancel.child_token(), id.clone());
+        let informer = start(api(), config, self.cancel.child_token(), id.clone());
         started.insert(id, Arc::new(informer.clone()));
         informer
     }
@@ -492,20 +502,38 @@ impl Informers {
         K: Object + Resource<DynamicType = ()>,
     {
         let id = format!("typed:{}", K::url_path(&(), None));
-        self.shared(id, || Api::all(self.client.clone()))
+        self.shared(id, watcher::Config::default(), || {
+            Api::all(self.client.clone())
+        })
+    }
+
+    /// The informer of a built-in kind over the objects a field selector
+    /// picks (the node agent's: pods with `spec.nodeName=<node>`).
+    pub fn typed_with_fields<K>(&self, fields: &str) -> Informer<K>
+    where
+        K: Object + Resource<DynamicType = ()>,
+    {
+        let id = format!("typed:{}?fieldSelector={fields}", K::url_path(&(), None));
+        self.shared(id, watcher::Config::default().fields(fields), || {
+            Api::all(self.client.clone())
+        })
     }
 
     /// The informer of any resource, as dynamic objects.
     pub fn dynamic(&self, resource: &ApiResource) -> Informer<DynamicObject> {
         let id = format!("dynamic:{}", resource_id(resource));
-        self.shared(id, || Api::all_with(self.client.clone(), resource))
+        self.shared(id, watcher::Config::default(), || {
+            Api::all_with(self.client.clone(), resource)
+        })
     }
 
     /// The informer of any resource's metadata only
     /// (`PartialObjectMetadata`), as the garbage collector reads them.
     pub fn metadata(&self, resource: &ApiResource) -> Informer<PartialObjectMeta<DynamicObject>> {
         let id = format!("metadata:{}", resource_id(resource));
-        self.shared(id, || Api::all_with(self.client.clone(), resource))
+        self.shared(id, watcher::Config::default(), || {
+            Api::all_with(self.client.clone(), resource)
+        })
     }
 }
 

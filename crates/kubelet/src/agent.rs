@@ -1,0 +1,356 @@
+//! The agent: everything a node runs, in the order it must start —
+//! blackhole routes first, the runtime (a managed containerd, or the
+//! endpoint given), the images (pause, the images directory), the Node
+//! and its lease, the pod network once the node has its podCIDR, and the
+//! pods.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::Api;
+use rudder_runtime::{Informers, Recorder, Timer};
+use tokio_util::sync::CancellationToken;
+
+use crate::containerd::{Containerd, Layout};
+use crate::cri::Runtime;
+use crate::cri::remote::RemoteRuntime;
+use crate::network::{self, Cidr};
+use crate::node::{self, Machine, NodeConfig, Readiness};
+use crate::pods;
+
+/// The agent's configuration (parsed by the binary).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub node_name: String,
+    /// `<data-dir>/agent` holds containerd, CNI state, images and logs.
+    pub data_dir: PathBuf,
+    /// An existing CRI runtime (`unix:///run/containerd/containerd.sock`)
+    /// instead of a managed containerd.
+    pub container_runtime_endpoint: Option<String>,
+    pub cluster_cidr: Cidr,
+    pub service_cidr: Cidr,
+    pub cni_bin_dir: PathBuf,
+    /// The bridge pods are attached to.
+    pub bridge: String,
+    /// The server's own node: labelled control-plane.
+    pub control_plane: bool,
+    pub node_ip: Option<std::net::IpAddr>,
+    pub max_pods: u32,
+    pub reserved_cpu_millis: u64,
+    pub reserved_memory_bytes: u64,
+    /// The nftables table of the agent's rules.
+    pub nftables_table: String,
+}
+
+impl Options {
+    pub fn new(node_name: &str, data_dir: PathBuf) -> Self {
+        Options {
+            node_name: node_name.into(),
+            data_dir,
+            container_runtime_endpoint: None,
+            cluster_cidr: Cidr {
+                addr: [10, 42, 0, 0].into(),
+                prefix: 16,
+            },
+            service_cidr: Cidr {
+                addr: [10, 43, 0, 0].into(),
+                prefix: 16,
+            },
+            cni_bin_dir: "/usr/lib/cni".into(),
+            bridge: "rudder0".into(),
+            control_plane: false,
+            node_ip: None,
+            max_pods: 110,
+            reserved_cpu_millis: 0,
+            reserved_memory_bytes: 0,
+            nftables_table: "rudder".into(),
+        }
+    }
+
+    fn agent_dir(&self) -> PathBuf {
+        self.data_dir.join("agent")
+    }
+
+    pub fn images_dir(&self) -> PathBuf {
+        self.agent_dir().join("images")
+    }
+
+    pub fn layout(&self) -> Layout {
+        Layout {
+            dir: self.agent_dir().join("containerd"),
+            cni_bin_dir: self.cni_bin_dir.clone(),
+            cni_conf_dir: self.agent_dir().join("cni/net.d"),
+            sandbox_image: crate::images::PAUSE_IMAGE.into(),
+        }
+    }
+}
+
+/// A failed start of the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("install the blackhole routes: {0}")]
+    Network(#[from] network::Error),
+    #[error(transparent)]
+    Containerd(#[from] crate::containerd::Error),
+    #[error(transparent)]
+    Runtime(#[from] crate::cri::Error),
+    #[error(transparent)]
+    Images(#[from] crate::images::Error),
+    #[error("register the node: {0}")]
+    Register(#[source] kube::Error),
+}
+
+/// Runs the agent until `stop`; the containers keep running after it.
+pub async fn run(
+    client: Client,
+    options: Options,
+    clock: Arc<dyn Timer>,
+    stop: CancellationToken,
+) -> Result<(), Error> {
+    // No packet to a cluster address that is not a pod here leaves.
+    network::install_blackhole_routes(&[options.cluster_cidr, options.service_cidr]).await?;
+
+    let layout = options.layout();
+    let (runtime, containerd): (Arc<dyn Runtime>, Option<Containerd>) =
+        match &options.container_runtime_endpoint {
+            Some(endpoint) => (Arc::new(RemoteRuntime::connect(endpoint)?), None),
+            None => {
+                let runtime: Arc<dyn Runtime> = Arc::new(RemoteRuntime::connect(
+                    &layout.socket().display().to_string(),
+                )?);
+                let containerd = Containerd::start(layout.clone(), runtime.clone()).await?;
+                (runtime, Some(containerd))
+            }
+        };
+    let outcome = run_with(client, &options, runtime, clock, stop).await;
+    if let Some(containerd) = containerd {
+        containerd.stop().await;
+    }
+    outcome
+}
+
+async fn run_with(
+    client: Client,
+    options: &Options,
+    runtime: Arc<dyn Runtime>,
+    clock: Arc<dyn Timer>,
+    stop: CancellationToken,
+) -> Result<(), Error> {
+    let version = runtime.version().await?;
+    let layout = options.layout();
+    if options.container_runtime_endpoint.is_none() {
+        let dir = std::env::temp_dir().join(format!("rudder-pause-{}.tar", std::process::id()));
+        crate::images::Image::pause().write(&dir)?;
+        let imported = crate::images::import(&layout.socket(), std::slice::from_ref(&dir)).await;
+        let _ = std::fs::remove_file(&dir);
+        imported?;
+        let archives = crate::images::archives_in(&options.images_dir());
+        if let Err(error) = crate::images::import(&layout.socket(), &archives).await {
+            tracing::warn!(%error, "an image archive could not be imported");
+        }
+    }
+
+    let node_ip = match options.node_ip {
+        Some(ip) => ip,
+        None => network::node_ip().await.into(),
+    };
+    let config = Arc::new(NodeConfig {
+        name: options.node_name.clone(),
+        node_ip,
+        hostname: options.node_name.clone(),
+        control_plane: options.control_plane,
+        max_pods: options.max_pods,
+        reserved_cpu_millis: options.reserved_cpu_millis,
+        reserved_memory_bytes: options.reserved_memory_bytes,
+        eviction_memory_bytes: 100 << 20,
+        kubelet_port: 10250,
+        kubelet_version: "v1.33.0".into(),
+    });
+    let machine = Machine::detect(&options.data_dir);
+    let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
+    let not_ready = Readiness::NotReady(
+        "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized".into(),
+    );
+    let registered = node::register(
+        &client,
+        &config.node(&machine, &runtime_version, not_ready.clone(), clock.now()),
+    )
+    .await
+    .map_err(Error::Register)?;
+
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(node::run_lease(
+        client.clone(),
+        config.clone(),
+        registered.metadata.uid.clone(),
+        clock.clone(),
+        stop.clone(),
+    ));
+    tasks.spawn(run_node_status(
+        client.clone(),
+        config.clone(),
+        machine,
+        runtime_version,
+        options.clone(),
+        clock.clone(),
+        stop.clone(),
+    ));
+    let recorder = Recorder::new(client.clone(), "kubelet", &options.node_name, clock.clone());
+    let shared = Arc::new(pods::Shared {
+        runtime,
+        client: client.clone(),
+        recorder,
+        clock,
+        backoff: Mutex::default(),
+        log_root: options.agent_dir().join("pods"),
+        host_ip: node_ip.to_string(),
+        runtime_name: version.runtime_name,
+    });
+    let informers = Informers::new(client, stop.child_token());
+    pods::run(shared, &informers, &options.node_name, stop.clone()).await;
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Sets up the pod network for `pod_cidr`: the conflist, forwarding and
+/// the masquerade rules.
+async fn setup_network(options: &Options, pod_cidr: Cidr) -> Result<(), network::Error> {
+    let layout = options.layout();
+    let mtu = network::default_mtu().await;
+    let ipam = options.agent_dir().join("cni/ipam");
+    network::write_conflist(
+        &layout.cni_conf_dir,
+        &network::conflist(pod_cidr, &options.bridge, mtu, &ipam),
+    )?;
+    if let Err(error) = network::enable_forwarding() {
+        tracing::warn!(%error, "could not turn on IPv4 forwarding");
+    }
+    let rules = network::nftables_rules(&options.nftables_table, options.cluster_cidr, pod_cidr);
+    if let Err(error) = network::apply_nftables(&rules).await {
+        tracing::warn!(%error, "could not install the masquerade rules; pods reach only the cluster");
+    }
+    tracing::info!(%pod_cidr, "pod network configured");
+    Ok(())
+}
+
+/// Looks at the node every 10 s (every second until it has its podCIDR):
+/// sets the pod network up once the podCIDR is known, and writes the
+/// status when it changed or 5 minutes passed.
+async fn run_node_status(
+    client: Client,
+    config: Arc<NodeConfig>,
+    machine: Machine,
+    runtime_version: String,
+    options: Options,
+    clock: Arc<dyn Timer>,
+    stop: CancellationToken,
+) {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut network_for: Option<Cidr> = None;
+    let mut last_report = None;
+    loop {
+        match api.get(&config.name).await {
+            Ok(current) => {
+                let pod_cidr = current
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.pod_cidr.as_deref())
+                    .and_then(|c| c.parse::<Cidr>().ok());
+                if let Some(cidr) = pod_cidr
+                    && network_for != Some(cidr)
+                {
+                    match setup_network(&options, cidr).await {
+                        Ok(()) => network_for = Some(cidr),
+                        Err(error) => tracing::warn!(%error, "could not set the pod network up"),
+                    }
+                }
+                let readiness = if network_for.is_some() {
+                    Readiness::Ready
+                } else {
+                    Readiness::NotReady("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized".into())
+                };
+                let now = clock.now();
+                let previous = current.status.clone().unwrap_or_default();
+                let status =
+                    config.status(&machine, &runtime_version, readiness, Some(&previous), now);
+                let due = last_report.is_none_or(|at| {
+                    now.duration_since(at).unwrap_or_default() >= node::STATUS_REPORT_FREQUENCY
+                });
+                if due || node::changed(&previous, &status) {
+                    match node::patch_status(&client, &config.name, &status).await {
+                        Ok(_) => last_report = Some(now),
+                        Err(error) => tracing::warn!(%error, "could not update the node's status"),
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "could not read the node"),
+        }
+        let wait = if network_for.is_some() {
+            node::STATUS_UPDATE_FREQUENCY
+        } else {
+            Duration::from_secs(1)
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = clock.sleep(wait) => {}
+        }
+    }
+}
+
+/// Stops and removes every pod the agent's containerd runs, then
+/// containerd itself, the agent's network (bridge, nftables table) and any
+/// mount left under the agent's directory — k3s's `k3s-killall.sh`, for
+/// tests and for taking a node down. The blackhole routes stay: they
+/// only ever keep packets in, and another agent on the machine may rely
+/// on them.
+pub async fn killall(options: &Options) -> Result<(), Error> {
+    let layout = options.layout();
+    if layout.config_path().exists() {
+        let runtime: Arc<dyn Runtime> = Arc::new(RemoteRuntime::connect(
+            &layout.socket().display().to_string(),
+        )?);
+        let running = runtime.version().await.is_ok();
+        let containerd = if running {
+            None
+        } else {
+            Some(Containerd::start(layout.clone(), runtime.clone()).await?)
+        };
+        for sandbox in runtime.list_pod_sandboxes(None).await? {
+            if let Err(error) = runtime.stop_pod_sandbox(&sandbox.id).await {
+                tracing::warn!(%error, sandbox = %sandbox.id, "could not stop a pod sandbox");
+            }
+            if let Err(error) = runtime.remove_pod_sandbox(&sandbox.id).await {
+                tracing::warn!(%error, sandbox = %sandbox.id, "could not remove a pod sandbox");
+            }
+        }
+        match containerd {
+            Some(containerd) => containerd.stop().await,
+            None => tracing::warn!("containerd was running (an agent is up?); left running"),
+        }
+    }
+    let _ = network::delete_nftables(&options.nftables_table).await;
+    let _ = tokio::process::Command::new("ip")
+        .args(["link", "delete", &options.bridge])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .await;
+    // Mounts under the agent's directory, deepest first.
+    let agent = options.agent_dir();
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mut under: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|m| std::path::Path::new(m).starts_with(&agent))
+        .collect();
+    under.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for mount in under {
+        let _ = tokio::process::Command::new("umount")
+            .arg(mount)
+            .status()
+            .await;
+    }
+    Ok(())
+}

@@ -1,0 +1,301 @@
+//! containerd as the agent's child process (k3s's shape): a config written
+//! under the data dir (its own root, state and socket; the CRI plugin with
+//! the project's pause image, cgroupfs, Debian's CNI plugins and the
+//! agent's CNI config dir), started, waited for on CRI `Version`,
+//! restarted when it dies, stopped with the agent.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cri::Runtime;
+
+/// Where a managed containerd keeps everything.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// `<data-dir>/agent/containerd`
+    pub dir: PathBuf,
+    /// CNI plugin binaries (Debian: `/usr/lib/cni`).
+    pub cni_bin_dir: PathBuf,
+    /// Where the agent writes its CNI conflist.
+    pub cni_conf_dir: PathBuf,
+    pub sandbox_image: String,
+}
+
+impl Layout {
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("config.toml")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("containerd.log")
+    }
+
+    /// containerd's config (version 2). The keys that matter on this kind
+    /// of machine are in `shared/reference/node-runtime.md`:
+    /// `restrict_oom_score_adj` (no CAP_SYS_RESOURCE), cgroupfs
+    /// (`SystemdCgroup = false`), Debian's plugin dir.
+    pub fn config(&self) -> String {
+        let dir = self.dir.display();
+        let cri = "plugins.\"io.containerd.grpc.v1.cri\"";
+        format!(
+            r#"# Written by the rudder agent at every start; edits are lost.
+version = 2
+root = "{dir}/root"
+state = "{dir}/state"
+
+[grpc]
+  address = "{socket}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{dir}/opt"
+
+[{cri}]
+  sandbox_image = "{sandbox}"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_cdi = false
+  netns_mounts_under_state_dir = true
+
+[{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+
+[{cri}.cni]
+  bin_dir = "{bin}"
+  conf_dir = "{conf}"
+"#,
+            socket = self.socket().display(),
+            sandbox = self.sandbox_image,
+            bin = self.cni_bin_dir.display(),
+            conf = self.cni_conf_dir.display(),
+        )
+    }
+}
+
+/// A failed start of containerd.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("containerd did not answer CRI Version within {0:?} (its log: {1})")]
+    NotReady(Duration, PathBuf),
+    #[error("containerd exited at start ({status}); its log: {log}")]
+    Exited { status: String, log: PathBuf },
+}
+
+/// How long containerd may take to serve CRI after it starts.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running, supervised containerd.
+#[derive(Debug)]
+pub struct Containerd {
+    layout: Layout,
+    stop: CancellationToken,
+    supervisor: tokio::task::JoinHandle<()>,
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io { what, path, source }
+}
+
+async fn spawn(layout: &Layout) -> Result<tokio::process::Child, Error> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(layout.log_path())
+        .map_err(io("open containerd's log", &layout.log_path()))?;
+    let log_err = log
+        .try_clone()
+        .map_err(io("open containerd's log", &layout.log_path()))?;
+    // A socket left by a containerd that was killed would make it refuse
+    // to start.
+    let _ = std::fs::remove_file(layout.socket());
+    let mut command = tokio::process::Command::new("containerd");
+    command
+        .arg("--config")
+        .arg(layout.config_path())
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        // The shims containerd starts must outlive it (they hold the
+        // containers): its own process group, not the agent's, so a ^C to
+        // the agent does not reach them.
+        .process_group(0)
+        .kill_on_drop(false);
+    // containerd finds its shim and runc on PATH; runc is in /usr/sbin.
+    let path = std::env::var("PATH").unwrap_or_default();
+    if !path.split(':').any(|p| p == "/usr/sbin") {
+        command.env("PATH", format!("{path}:/usr/local/sbin:/usr/sbin:/sbin"));
+    }
+    command
+        .spawn()
+        .map_err(io("start containerd with", &layout.config_path()))
+}
+
+async fn wait_ready(
+    runtime: &dyn Runtime,
+    child: &mut tokio::process::Child,
+    layout: &Layout,
+) -> Result<(), Error> {
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(version) = runtime.version().await {
+            tracing::info!(
+                runtime = %version.runtime_name,
+                version = %version.runtime_version,
+                "containerd ready"
+            );
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(Error::Exited {
+                status: status.to_string(),
+                log: layout.log_path(),
+            });
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(Error::NotReady(READY_TIMEOUT, layout.log_path()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Stops containerd: SIGTERM, then SIGKILL after 10 s. The containers go
+/// on running under their shims, as they do when k3s stops.
+async fn terminate(child: &mut tokio::process::Child) {
+    if let Some(pid) = child
+        .id()
+        .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        if tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+    let _ = child.kill().await;
+}
+
+impl Containerd {
+    /// Writes the config, starts containerd and waits until it serves CRI;
+    /// then keeps it running (restarted a second after it dies) until
+    /// [`stop`](Self::stop).
+    pub async fn start(layout: Layout, runtime: Arc<dyn Runtime>) -> Result<Self, Error> {
+        for dir in [&layout.dir, &layout.cni_conf_dir] {
+            std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+        }
+        std::fs::write(layout.config_path(), layout.config())
+            .map_err(io("write containerd's config", &layout.config_path()))?;
+        let mut child = spawn(&layout).await?;
+        if let Err(error) = wait_ready(runtime.as_ref(), &mut child, &layout).await {
+            terminate(&mut child).await;
+            return Err(error);
+        }
+        let stop = CancellationToken::new();
+        let supervisor = tokio::spawn(supervise(layout.clone(), child, runtime, stop.clone()));
+        Ok(Containerd {
+            layout,
+            stop,
+            supervisor,
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Stops containerd (its containers keep running).
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.supervisor.await;
+    }
+}
+
+async fn supervise(
+    layout: Layout,
+    mut child: tokio::process::Child,
+    runtime: Arc<dyn Runtime>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => {
+                terminate(&mut child).await;
+                return;
+            }
+            status = child.wait() => {
+                tracing::warn!(status = ?status.ok(), log = %layout.log_path().display(), "containerd exited; restarting it");
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        match spawn(&layout).await {
+            Ok(mut next) => match wait_ready(runtime.as_ref(), &mut next, &layout).await {
+                Ok(()) => child = next,
+                Err(error) => {
+                    tracing::error!(%error, "containerd did not come back");
+                    terminate(&mut next).await;
+                    child = next;
+                }
+            },
+            Err(error) => {
+                tracing::error!(%error, "could not restart containerd");
+                // Try again after the pause; `child` has exited, so its
+                // wait returns at once.
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_keeps_containerd_inside_the_data_dir() {
+        let layout = Layout {
+            dir: "/d/agent/containerd".into(),
+            cni_bin_dir: "/usr/lib/cni".into(),
+            cni_conf_dir: "/d/agent/cni".into(),
+            sandbox_image: "rudder.local/pause:1".into(),
+        };
+        let config = layout.config();
+        for line in [
+            "root = \"/d/agent/containerd/root\"",
+            "state = \"/d/agent/containerd/state\"",
+            "address = \"/d/agent/containerd/containerd.sock\"",
+            "sandbox_image = \"rudder.local/pause:1\"",
+            "restrict_oom_score_adj = true",
+            "SystemdCgroup = false",
+            "bin_dir = \"/usr/lib/cni\"",
+            "conf_dir = \"/d/agent/cni\"",
+            "snapshotter = \"overlayfs\"",
+        ] {
+            assert!(config.contains(line), "{line} missing from\n{config}");
+        }
+    }
+}

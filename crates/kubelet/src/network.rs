@@ -1,0 +1,284 @@
+//! The node's pod network: blackhole routes for the cluster and service
+//! CIDRs (installed before anything else, so that no packet to a cluster
+//! address that is not a pod on this machine ever leaves it), the CNI
+//! conflist containerd's CRI plugin runs (bridge + host-local on the
+//! node's podCIDR; containerd adds loopback itself), and masquerade for
+//! traffic leaving the pod network by the agent's own nftables table.
+//!
+//! Why nftables and not the plugins' `ipMasq`/`portmap`: those exec
+//! `iptables`, which a fresh machine does not have; the service proxy
+//! writes nftables too, so one table family, one tool, atomic replacement
+//! of the whole table, and no per-sandbox chains to leak. See
+//! docs/kubelet.md.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+/// A failed network step, naming it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{command}: {message}")]
+    Command { command: String, message: String },
+    #[error("write the CNI config {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid CIDR {0:?}")]
+    Cidr(String),
+}
+
+/// An IPv4 CIDR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: Ipv4Addr,
+    pub prefix: u8,
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self, Error> {
+        let bad = || Error::Cidr(text.to_string());
+        let (addr, prefix) = text.split_once('/').ok_or_else(bad)?;
+        let addr: Ipv4Addr = addr.parse().map_err(|_| bad())?;
+        let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+        if prefix > 32 {
+            return Err(bad());
+        }
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl Cidr {
+    /// The first host address: the bridge's (the pods' gateway).
+    pub fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.addr) + 1)
+    }
+}
+
+async fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<(), Error> {
+    use tokio::io::AsyncWriteExt;
+    let command = format!("{program} {}", args.join(" "));
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::Command {
+            command: command.clone(),
+            message: e.to_string(),
+        })?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes())
+            .await
+            .map_err(|e| Error::Command {
+                command: command.clone(),
+                message: e.to_string(),
+            })?;
+    }
+    let output = child.wait_with_output().await.map_err(|e| Error::Command {
+        command: command.clone(),
+        message: e.to_string(),
+    })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Command {
+            command,
+            message: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// Installs (or keeps) a blackhole route for each CIDR. More specific
+/// routes — the node's bridge, other nodes' podCIDRs — win over them.
+pub async fn install_blackhole_routes(cidrs: &[Cidr]) -> Result<(), Error> {
+    for cidr in cidrs {
+        run(
+            "ip",
+            &["route", "replace", "blackhole", &cidr.to_string()],
+            None,
+        )
+        .await?;
+        tracing::info!(%cidr, "blackhole route installed");
+    }
+    Ok(())
+}
+
+/// The conflist the agent writes for containerd's CRI plugin.
+pub fn conflist(pod_cidr: Cidr, bridge: &str, mtu: u32, ipam_dir: &Path) -> serde_json::Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "rudder",
+        "plugins": [{
+            "type": "bridge",
+            "bridge": bridge,
+            "isGateway": true,
+            "ipMasq": false,
+            "hairpinMode": true,
+            "mtu": mtu,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": pod_cidr.to_string(), "gateway": pod_cidr.gateway().to_string()}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+                "dataDir": ipam_dir,
+            },
+        }],
+    })
+}
+
+/// Writes the conflist into `conf_dir` (atomically: containerd watches the
+/// directory and must never read half a file).
+pub fn write_conflist(conf_dir: &Path, config: &serde_json::Value) -> Result<PathBuf, Error> {
+    let path = conf_dir.join("10-rudder.conflist");
+    let temporary = conf_dir.join(".10-rudder.conflist.tmp");
+    let write = |path: &Path| Error::Write {
+        path: path.to_path_buf(),
+        source: std::io::Error::other("write"),
+    };
+    let text = serde_json::to_string_pretty(config).map_err(|_| write(&path))?;
+    std::fs::create_dir_all(conf_dir).map_err(|source| Error::Write {
+        path: conf_dir.to_path_buf(),
+        source,
+    })?;
+    std::fs::write(&temporary, text).map_err(|source| Error::Write {
+        path: temporary.clone(),
+        source,
+    })?;
+    std::fs::rename(&temporary, &path).map_err(|source| Error::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+/// The agent's nftables table: masquerade for pod traffic to anything
+/// outside the cluster CIDR. Replaced whole on every call.
+pub fn nftables_rules(table: &str, cluster_cidr: Cidr, pod_cidr: Cidr) -> String {
+    format!(
+        "table ip {table}\n\
+         delete table ip {table}\n\
+         table ip {table} {{\n\
+         \tchain postrouting {{\n\
+         \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
+         \t\tip saddr {pod_cidr} ip daddr != {cluster_cidr} masquerade\n\
+         \t}}\n\
+         }}\n"
+    )
+}
+
+/// Applies [`nftables_rules`] with `nft`.
+pub async fn apply_nftables(rules: &str) -> Result<(), Error> {
+    run("nft", &["-f", "-"], Some(rules)).await
+}
+
+/// Removes the agent's nftables table (tests clean up with this).
+pub async fn delete_nftables(table: &str) -> Result<(), Error> {
+    run("nft", &["delete", "table", "ip", table], None).await
+}
+
+/// Turns on IPv4 forwarding (pods reach beyond their bridge only with it).
+pub fn enable_forwarding() -> std::io::Result<()> {
+    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+}
+
+/// The MTU of the interface the default route leaves by (1500 when there
+/// is none).
+pub async fn default_mtu() -> u32 {
+    let output = tokio::process::Command::new("ip")
+        .args(["-o", "route", "show", "default"])
+        .output()
+        .await;
+    let device = output.ok().and_then(|o| {
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        let mut words = text.split_whitespace();
+        while let Some(word) = words.next() {
+            if word == "dev" {
+                return words.next().map(str::to_string);
+            }
+        }
+        None
+    });
+    device
+        .and_then(|d| std::fs::read_to_string(format!("/sys/class/net/{d}/mtu")).ok())
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(1500)
+}
+
+/// The node's IPv4 address: the source address of its default route, or
+/// loopback on a machine with none.
+pub async fn node_ip() -> Ipv4Addr {
+    let output = tokio::process::Command::new("ip")
+        .args(["-o", "-4", "route", "get", "1.1.1.1"])
+        .output()
+        .await;
+    output
+        .ok()
+        .and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).to_string();
+            let mut words = text.split_whitespace();
+            while let Some(word) = words.next() {
+                if word == "src" {
+                    return words.next().and_then(|a| a.parse().ok());
+                }
+            }
+            None
+        })
+        .unwrap_or(Ipv4Addr::LOCALHOST)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_conflist_is_a_bridge_on_the_pod_cidr() {
+        let cidr: Cidr = "10.42.3.0/24".parse().expect("cidr");
+        let list = conflist(cidr, "rudder0", 1400, Path::new("/d/ipam"));
+        let bridge = &list["plugins"][0];
+        assert_eq!(bridge["type"], "bridge");
+        assert_eq!(bridge["isGateway"], true);
+        assert_eq!(bridge["ipMasq"], false);
+        assert_eq!(bridge["mtu"], 1400);
+        assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], "10.42.3.0/24");
+        assert_eq!(bridge["ipam"]["ranges"][0][0]["gateway"], "10.42.3.1");
+        assert_eq!(bridge["ipam"]["dataDir"], "/d/ipam");
+    }
+
+    #[test]
+    fn masquerade_covers_pod_traffic_leaving_the_cluster_only() {
+        let rules = nftables_rules(
+            "rudder",
+            "10.42.0.0/16".parse().expect("cidr"),
+            "10.42.3.0/24".parse().expect("cidr"),
+        );
+        assert!(rules.contains("delete table ip rudder"));
+        assert!(rules.contains("ip saddr 10.42.3.0/24 ip daddr != 10.42.0.0/16 masquerade"));
+    }
+
+    #[test]
+    fn cidrs_parse_and_refuse_nonsense() {
+        assert_eq!(
+            "10.42.0.0/16".parse::<Cidr>().expect("cidr").to_string(),
+            "10.42.0.0/16"
+        );
+        for bad in ["10.42.0.0", "10.42.0.0/33", "x/8"] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+    }
+}

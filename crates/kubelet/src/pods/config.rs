@@ -1,0 +1,328 @@
+//! A pod and its containers as CRI configs (upstream's
+//! `kuberuntime_sandbox.go` and `kuberuntime_container.go`): metadata,
+//! the labels and annotations that tie runtime objects back to the pod,
+//! log paths, namespaces, command, args, env and resources (pure).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::ResourceExt;
+
+use crate::cri::v1 as cri;
+use crate::cri::{CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL};
+
+/// The annotation carrying a container's restart count.
+pub const RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
+/// The annotation marking an init container (its kind).
+pub const CONTAINER_KIND_ANNOTATION: &str = "io.kubernetes.container.kind";
+
+/// The pod's log directory: `<root>/<namespace>_<name>_<uid>`.
+pub fn log_directory(root: &Path, pod: &Pod) -> String {
+    root.join(format!(
+        "{}_{}_{}",
+        pod.namespace().unwrap_or_default(),
+        pod.name_any(),
+        pod.uid().unwrap_or_default()
+    ))
+    .display()
+    .to_string()
+}
+
+fn pod_labels(pod: &Pod) -> HashMap<String, String> {
+    [
+        (POD_NAME_LABEL, pod.name_any()),
+        (POD_NAMESPACE_LABEL, pod.namespace().unwrap_or_default()),
+        (POD_UID_LABEL, pod.uid().unwrap_or_default()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+fn host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+/// The pod's namespaces: the node's network for `hostNetwork` pods, one
+/// PID namespace for the pod with `shareProcessNamespace`, IPC per pod.
+fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
+    let shared_pids = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.share_process_namespace)
+        .unwrap_or(false);
+    let mode = |pod_wide: bool, node: bool| {
+        if node {
+            cri::NamespaceMode::Node
+        } else if pod_wide {
+            cri::NamespaceMode::Pod
+        } else {
+            cri::NamespaceMode::Container
+        }
+    };
+    cri::NamespaceOption {
+        network: mode(true, host_network(pod)) as i32,
+        pid: mode(shared_pids, false) as i32,
+        ipc: cri::NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+/// The pod's sandbox config for its `attempt`-th sandbox.
+pub fn sandbox_config(pod: &Pod, attempt: u32, log_root: &Path) -> cri::PodSandboxConfig {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut labels: HashMap<String, String> = pod
+        .labels()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.extend(pod_labels(pod));
+    labels.insert("io.kubernetes.container.type".into(), "podsandbox".into());
+    let hostname = if host_network(pod) {
+        String::new()
+    } else {
+        spec.hostname.clone().unwrap_or_else(|| pod.name_any())
+    };
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: pod.name_any(),
+            uid: pod.uid().unwrap_or_default(),
+            namespace: pod.namespace().unwrap_or_default(),
+            attempt,
+        }),
+        hostname,
+        log_directory: log_directory(log_root, pod),
+        labels,
+        annotations: pod
+            .annotations()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Plain `value` env vars (the other sources come later), in order.
+fn env(container: &Container) -> Vec<cri::KeyValue> {
+    container
+        .env
+        .iter()
+        .flatten()
+        .filter(|e| e.value_from.is_none())
+        .map(|e| cri::KeyValue {
+            key: e.name.clone(),
+            value: e.value.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Upstream's `$(VAR)` expansion of command and args: `$(NAME)` is the
+/// value of NAME when defined, `$$` is `$`, anything else stays as it is.
+pub fn expand(text: &str, env: &[cri::KeyValue]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(stripped) = after.strip_prefix('$') {
+            out.push('$');
+            rest = stripped;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+        {
+            let name = &inner[..end];
+            match env.iter().rev().find(|kv| kv.key == name) {
+                Some(kv) => out.push_str(&kv.value),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn resources(container: &Container) -> cri::LinuxContainerResources {
+    use rudder_api::quantity::Quantity;
+    let read = |map: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+                key: &str| {
+        map.and_then(|m| m.get(key))
+            .and_then(|q| Quantity::parse(&q.0).ok())
+    };
+    let requests = container
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref());
+    let limits = container.resources.as_ref().and_then(|r| r.limits.as_ref());
+    let cpu_request = read(requests, "cpu").or_else(|| read(limits, "cpu"));
+    let cpu_limit = read(limits, "cpu");
+    let memory_limit = read(limits, "memory");
+    // Upstream's MilliCPUToShares: at least 2, 1024 per CPU.
+    let shares = cpu_request
+        .map(|q| (q.milli_value() * 1024 / 1000).max(2) as i64)
+        .unwrap_or(2);
+    let period = 100_000;
+    let quota = cpu_limit
+        .map(|q| (q.milli_value() * period as i128 / 1000).max(1000) as i64)
+        .unwrap_or(0);
+    cri::LinuxContainerResources {
+        cpu_shares: shares,
+        cpu_period: if quota > 0 { period } else { 0 },
+        cpu_quota: quota,
+        memory_limit_in_bytes: memory_limit.map(|q| q.value() as i64).unwrap_or(0),
+        ..Default::default()
+    }
+}
+
+/// The config of `container`'s `attempt`-th instance in the pod.
+pub fn container_config(
+    pod: &Pod,
+    container: &Container,
+    attempt: u32,
+    init: bool,
+) -> cri::ContainerConfig {
+    let env = env(container);
+    let mut labels = pod_labels(pod);
+    labels.insert(CONTAINER_NAME_LABEL.into(), container.name.clone());
+    let mut annotations: HashMap<String, String> = HashMap::new();
+    annotations.insert(RESTART_COUNT_ANNOTATION.into(), attempt.to_string());
+    annotations.insert(
+        "io.kubernetes.container.terminationMessagePath".into(),
+        container
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| "/dev/termination-log".into()),
+    );
+    if init {
+        annotations.insert(CONTAINER_KIND_ANNOTATION.into(), "init".into());
+    }
+    let grace = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    annotations.insert(
+        "io.kubernetes.pod.terminationGracePeriod".into(),
+        grace.to_string(),
+    );
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: container.name.clone(),
+            attempt,
+        }),
+        image: Some(cri::ImageSpec {
+            image: container.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: container
+            .command
+            .iter()
+            .flatten()
+            .map(|c| expand(c, &env))
+            .collect(),
+        args: container
+            .args
+            .iter()
+            .flatten()
+            .map(|a| expand(a, &env))
+            .collect(),
+        working_dir: container.working_dir.clone().unwrap_or_default(),
+        envs: env,
+        labels,
+        annotations,
+        log_path: format!("{}/{attempt}.log", container.name),
+        stdin: container.stdin.unwrap_or(false),
+        stdin_once: container.stdin_once.unwrap_or(false),
+        tty: container.tty.unwrap_or(false),
+        linux: Some(cri::LinuxContainerConfig {
+            resources: Some(resources(container)),
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                privileged: container
+                    .security_context
+                    .as_ref()
+                    .and_then(|s| s.privileged)
+                    .unwrap_or(false),
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(k: &str, v: &str) -> cri::KeyValue {
+        cri::KeyValue {
+            key: k.into(),
+            value: v.into(),
+        }
+    }
+
+    #[test]
+    fn variables_expand_as_upstream() {
+        let env = [kv("A", "1"), kv("B", "two")];
+        assert_eq!(expand("x$(A)y$(B)", &env), "x1ytwo");
+        assert_eq!(expand("$(C)", &env), "$(C)", "undefined stays");
+        assert_eq!(expand("$$(A)", &env), "$(A)", "escaped");
+        assert_eq!(expand("$A $", &env), "$A $");
+        assert_eq!(expand("$(A", &env), "$(A");
+    }
+
+    #[test]
+    fn a_container_config_ties_back_to_its_pod() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [{
+                "name": "c", "image": "rudder.local/busybox:1",
+                "command": ["httpd"], "args": ["-p", "$(PORT)"],
+                "env": [{"name": "PORT", "value": "8080"}],
+                "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}, "requests": {"cpu": "250m"}}
+            }]}
+        }))
+        .expect("pod");
+        let container = &pod.spec.as_ref().expect("spec").containers[0];
+        let config = container_config(&pod, container, 2, false);
+        assert_eq!(config.command, ["httpd"]);
+        assert_eq!(config.args, ["-p", "8080"]);
+        assert_eq!(config.labels[POD_UID_LABEL], "u1");
+        assert_eq!(config.labels[CONTAINER_NAME_LABEL], "c");
+        assert_eq!(config.annotations[RESTART_COUNT_ANNOTATION], "2");
+        assert_eq!(config.log_path, "c/2.log");
+        let resources = config.linux.expect("linux").resources.expect("resources");
+        assert_eq!(resources.cpu_shares, 256);
+        assert_eq!(
+            (resources.cpu_quota, resources.cpu_period),
+            (50_000, 100_000)
+        );
+        assert_eq!(resources.memory_limit_in_bytes, 64 << 20);
+        let sandbox = sandbox_config(&pod, 0, Path::new("/var/log/pods"));
+        assert_eq!(sandbox.log_directory, "/var/log/pods/default_web_u1");
+        assert_eq!(sandbox.hostname, "web");
+    }
+}

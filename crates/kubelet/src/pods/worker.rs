@@ -1,0 +1,497 @@
+//! One pod's worker (upstream's pod workers): syncs the pod whenever it
+//! changes in the API, the relist saw its containers change, or a wait
+//! (back-off, retry, resync) ends — observe the runtime, plan, act, report
+//! the status — and once the pod is gone, removes what is left of it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Client, ResourceExt};
+use rudder_runtime::events::reference_to;
+use rudder_runtime::{EventType, Recorder, Timer};
+use serde_json::json;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::backoff::Backoff;
+use super::config::{container_config, sandbox_config};
+use super::observed::{Observed, observe};
+use super::plan::{Plan, Start, plan};
+use super::status::{Extra, generate};
+use crate::cri::Runtime;
+use crate::node::FIELD_MANAGER;
+
+/// How often a worker syncs its pod when nothing happens.
+const RESYNC: Duration = Duration::from_secs(10);
+/// How soon a failed step is tried again.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// What every worker shares.
+pub struct Shared {
+    pub runtime: Arc<dyn Runtime>,
+    pub client: Client,
+    pub recorder: Recorder,
+    pub clock: Arc<dyn Timer>,
+    pub backoff: Mutex<Backoff>,
+    pub log_root: std::path::PathBuf,
+    pub host_ip: String,
+    pub runtime_name: String,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("runtime", &self.runtime)
+            .field("host_ip", &self.host_ip)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failed step of a sync.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Runtime(#[from] crate::cri::Error),
+    #[error("write the pod's status: {0}")]
+    Status(#[source] kube::Error),
+}
+
+/// The worker's memory between syncs.
+#[derive(Debug, Default)]
+struct Memory {
+    waiting: HashMap<String, (String, String)>,
+    start_time: Option<SystemTime>,
+    deleted: bool,
+}
+
+/// Runs the worker of the pod with `uid` until the pod is gone and its
+/// containers removed, or `stop`.
+pub async fn run(
+    shared: Arc<Shared>,
+    uid: String,
+    mut pods: watch::Receiver<Option<Arc<Pod>>>,
+    kick: Arc<Notify>,
+    stop: CancellationToken,
+) -> String {
+    let mut memory = Memory::default();
+    loop {
+        let pod = pods.borrow_and_update().clone();
+        let wait = match pod {
+            None => match remove_all(&shared, &uid).await {
+                Ok(()) => {
+                    shared
+                        .backoff
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .forget_prefix(&format!("{uid}/"));
+                    return uid;
+                }
+                Err(error) => {
+                    tracing::warn!(%uid, %error, "could not remove a deleted pod's containers");
+                    RETRY
+                }
+            },
+            Some(pod) => {
+                let span = tracing::debug_span!("sync", pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()));
+                let _entered = span.enter();
+                match sync(&shared, &pod, &mut memory).await {
+                    Ok(wait) => wait,
+                    Err(error) => {
+                        tracing::warn!(pod = %pod.name_any(), %error, "pod sync failed");
+                        RETRY
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return uid,
+            changed = pods.changed() => {
+                if changed.is_err() {
+                    // The manager is gone.
+                    return uid;
+                }
+            }
+            _ = kick.notified() => {}
+            _ = shared.clock.sleep(wait) => {}
+        }
+    }
+}
+
+fn grace_period(pod: &Pod) -> i64 {
+    pod.metadata
+        .deletion_grace_period_seconds
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+        .unwrap_or(30)
+        .max(0)
+}
+
+/// Stops every container (with the pod's grace period, in parallel), then
+/// every sandbox.
+async fn kill(shared: &Shared, pod: &Pod, observed: &Observed) -> Result<(), SyncError> {
+    let grace = grace_period(pod);
+    let reference = reference_to(pod);
+    let stops = observed.instances.iter().filter(|i| i.running()).map(|i| {
+        shared.recorder.event(
+            &reference,
+            EventType::Normal,
+            "Killing",
+            "Killing",
+            &format!("Stopping container {}", i.name),
+        );
+        shared.runtime.stop_container(&i.id, grace)
+    });
+    for result in join_all(stops).await {
+        match result {
+            Err(e) if !e.is_not_found() => return Err(e.into()),
+            _ => {}
+        }
+    }
+    for sandbox in observed.sandboxes.iter().filter(|s| s.ready) {
+        match shared.runtime.stop_pod_sandbox(&sandbox.id).await {
+            Err(e) if !e.is_not_found() => return Err(e.into()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Removes every container and sandbox of the pod with `uid`.
+async fn remove_all(shared: &Shared, uid: &str) -> Result<(), crate::cri::Error> {
+    let observed = observe(shared.runtime.as_ref(), uid).await?;
+    for i in observed.instances.iter().filter(|i| i.running()) {
+        shared
+            .runtime
+            .stop_container(&i.id, 0)
+            .await
+            .or_else(ignore_missing)?;
+    }
+    for i in &observed.instances {
+        shared
+            .runtime
+            .remove_container(&i.id)
+            .await
+            .or_else(ignore_missing)?;
+    }
+    for s in &observed.sandboxes {
+        shared
+            .runtime
+            .stop_pod_sandbox(&s.id)
+            .await
+            .or_else(ignore_missing)?;
+        shared
+            .runtime
+            .remove_pod_sandbox(&s.id)
+            .await
+            .or_else(ignore_missing)?;
+    }
+    Ok(())
+}
+
+fn ignore_missing(e: crate::cri::Error) -> Result<(), crate::cri::Error> {
+    if e.is_not_found() { Ok(()) } else { Err(e) }
+}
+
+/// Pulls the image when the pull policy says so.
+async fn ensure_image(
+    shared: &Shared,
+    pod: &Pod,
+    image: &str,
+    policy: &str,
+    sandbox: &crate::cri::PodSandboxConfig,
+) -> Result<(), (String, String)> {
+    let reference = reference_to(pod);
+    let present = shared
+        .runtime
+        .image_status(image)
+        .await
+        .map_err(|e| ("ErrImagePull".to_string(), e.to_string()))?
+        .is_some();
+    let pull = match policy {
+        "Always" => true,
+        "Never" => {
+            if present {
+                return Ok(());
+            }
+            return Err((
+                "ErrImageNeverPull".into(),
+                format!("Container image \"{image}\" is not present with pull policy of Never"),
+            ));
+        }
+        _ => !present,
+    };
+    if !pull {
+        shared.recorder.event(
+            &reference,
+            EventType::Normal,
+            "Pulled",
+            "Pulled",
+            &format!("Container image \"{image}\" already present on machine"),
+        );
+        return Ok(());
+    }
+    shared.recorder.event(
+        &reference,
+        EventType::Normal,
+        "Pulling",
+        "Pulling",
+        &format!("Pulling image \"{image}\""),
+    );
+    match shared.runtime.pull_image(image, sandbox.clone()).await {
+        Ok(_) => {
+            shared.recorder.event(
+                &reference,
+                EventType::Normal,
+                "Pulled",
+                "Pulled",
+                &format!("Successfully pulled image \"{image}\""),
+            );
+            Ok(())
+        }
+        Err(e) => {
+            let message = format!("Failed to pull image \"{image}\": {e}");
+            shared.recorder.event(
+                &reference,
+                EventType::Warning,
+                "Failed",
+                "Pulling",
+                &message,
+            );
+            Err(("ErrImagePull".into(), message))
+        }
+    }
+}
+
+/// Creates and starts one container; on failure, the reason it waits.
+async fn start(
+    shared: &Shared,
+    pod: &Pod,
+    sandbox_id: &str,
+    sandbox: &crate::cri::PodSandboxConfig,
+    what: &Start,
+) -> Result<(), (String, String)> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let list = if what.init {
+        spec.init_containers.unwrap_or_default()
+    } else {
+        spec.containers
+    };
+    let Some(container) = list.get(what.index) else {
+        return Ok(());
+    };
+    let image = container.image.clone().unwrap_or_default();
+    let policy = container.image_pull_policy.clone().unwrap_or_else(|| {
+        if image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':') {
+            "Always".into()
+        } else {
+            "IfNotPresent".into()
+        }
+    });
+    ensure_image(shared, pod, &image, &policy, sandbox).await?;
+    let reference = reference_to(pod);
+    let config = container_config(pod, container, what.attempt, what.init);
+    let id = shared
+        .runtime
+        .create_container(sandbox_id, config, sandbox.clone())
+        .await
+        .map_err(|e| {
+            let message = e.to_string();
+            shared.recorder.event(
+                &reference,
+                EventType::Warning,
+                "Failed",
+                "CreateContainer",
+                &format!("Error: {message}"),
+            );
+            ("CreateContainerError".to_string(), message)
+        })?;
+    shared.recorder.event(
+        &reference,
+        EventType::Normal,
+        "Created",
+        "Created",
+        &format!("Created container: {}", container.name),
+    );
+    shared.runtime.start_container(&id).await.map_err(|e| {
+        let message = e.to_string();
+        shared.recorder.event(
+            &reference,
+            EventType::Warning,
+            "Failed",
+            "StartContainer",
+            &format!("Error: {message}"),
+        );
+        ("RunContainerError".to_string(), message)
+    })?;
+    shared.recorder.event(
+        &reference,
+        EventType::Normal,
+        "Started",
+        "Started",
+        &format!("Started container {}", container.name),
+    );
+    Ok(())
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// One sync of the pod; returns how long until the next one at the latest.
+async fn sync(shared: &Shared, pod: &Pod, memory: &mut Memory) -> Result<Duration, SyncError> {
+    let uid = pod.uid().unwrap_or_default();
+    let now = shared.clock.now();
+    memory.start_time.get_or_insert(now);
+    let observed = observe(shared.runtime.as_ref(), &uid).await?;
+    let plan: Plan = {
+        let mut backoff = shared.backoff.lock().unwrap_or_else(|e| e.into_inner());
+        plan(pod, &observed, &mut backoff, now)
+    };
+    let mut wait = RESYNC;
+    memory.waiting.clear();
+    if plan.kill_pod {
+        kill(shared, pod, &observed).await?;
+    }
+    let mut sandbox_id = observed.ready_sandbox().map(|s| s.id.clone());
+    let attempt = plan
+        .create_sandbox
+        .or(observed.sandboxes.first().map(|s| s.attempt))
+        .unwrap_or(0);
+    let sandbox = sandbox_config(pod, attempt, &shared.log_root);
+    if plan.create_sandbox.is_some() {
+        match shared.runtime.run_pod_sandbox(sandbox.clone()).await {
+            Ok(id) => sandbox_id = Some(id),
+            Err(e) => {
+                let message = format!("Failed to create pod sandbox: {e}");
+                shared.recorder.event(
+                    &reference_to(pod),
+                    EventType::Warning,
+                    "FailedCreatePodSandBox",
+                    "FailedCreatePodSandBox",
+                    &message,
+                );
+                sandbox_id = None;
+                wait = RETRY;
+            }
+        }
+    }
+    if let Some(sandbox_id) = &sandbox_id {
+        let starts = plan
+            .start
+            .iter()
+            .map(|s| start(shared, pod, sandbox_id, &sandbox, s));
+        for (what, result) in plan.start.iter().zip(join_all(starts).await) {
+            if let Err((reason, message)) = result {
+                memory.waiting.insert(what.name.clone(), (reason, message));
+                wait = RETRY.max(Duration::from_secs(5));
+            }
+        }
+    }
+    for waiting in &plan.waiting {
+        memory.waiting.insert(
+            waiting.name.clone(),
+            (waiting.reason.clone(), waiting.message.clone()),
+        );
+        shared.recorder.event(
+            &reference_to(pod),
+            EventType::Warning,
+            "BackOff",
+            "BackOff",
+            &format!(
+                "Back-off restarting failed container {} in pod {}_{}({uid})",
+                waiting.name,
+                pod.name_any(),
+                pod.namespace().unwrap_or_default()
+            ),
+        );
+        if let Some(until) = waiting.until {
+            wait =
+                wait.min(until.duration_since(now).unwrap_or_default() + Duration::from_millis(50));
+        }
+    }
+    for id in &plan.remove {
+        shared
+            .runtime
+            .remove_container(id)
+            .await
+            .or_else(ignore_missing)?;
+    }
+
+    let changed = plan.kill_pod
+        || plan.create_sandbox.is_some()
+        || !plan.start.is_empty()
+        || !plan.remove.is_empty();
+    let observed = if changed {
+        observe(shared.runtime.as_ref(), &uid).await?
+    } else {
+        observed
+    };
+    if !is_terminal(pod) || !observed.is_empty() {
+        report(shared, pod, &observed, memory).await?;
+    }
+    if pod.metadata.deletion_timestamp.is_some() && !observed.any_running() && !memory.deleted {
+        // Everything stopped: the final delete, as upstream's status
+        // manager does it (grace 0, on this pod's uid only).
+        let api: Api<Pod> =
+            Api::namespaced(shared.client.clone(), &pod.namespace().unwrap_or_default());
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&pod.name_any(), &params).await {
+            Ok(_) => memory.deleted = true,
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => memory.deleted = true,
+            Err(e) => return Err(SyncError::Status(e)),
+        }
+    }
+    Ok(wait)
+}
+
+/// Writes the pod's status when it differs from what the API has.
+async fn report(
+    shared: &Shared,
+    pod: &Pod,
+    observed: &Observed,
+    memory: &Memory,
+) -> Result<(), SyncError> {
+    let extra = Extra {
+        waiting: memory.waiting.clone(),
+        host_ip: shared.host_ip.clone(),
+        runtime_name: shared.runtime_name.clone(),
+        start_time: memory.start_time,
+    };
+    let status = generate(pod, observed, &extra, shared.clock.now());
+    if pod.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<Pod> =
+        Api::namespaced(shared.client.clone(), &pod.namespace().unwrap_or_default());
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    let patch = json!({"metadata": {"uid": pod.uid()}, "status": status});
+    match api
+        .patch_status(&pod.name_any(), &params, &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone, or replaced by a pod of the same name.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(SyncError::Status(e)),
+    }
+}

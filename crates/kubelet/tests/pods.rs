@@ -1,0 +1,305 @@
+//! The pod workers on the in-process control plane with the fake runtime
+//! (no root, no containerd): pods bound to the node get a sandbox and
+//! their containers and report Running with their IP; crashing containers
+//! restart with back-off; deleted pods are stopped with their grace
+//! period and finally deleted; orphans are removed; a pod that never
+//! restarts ends Succeeded or Failed.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use rudder_harness::{ControlPlane, Identity, eventually};
+use rudder_kubelet::cri::Runtime;
+use rudder_kubelet::pods::{self, Shared};
+use rudder_kubelet::testing::FakeRuntime;
+use rudder_runtime::{Informers, Recorder};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const NODE: &str = "n1";
+const IMAGE: &str = "rudder.local/busybox:1";
+
+struct Node {
+    plane: ControlPlane,
+    runtime: Arc<FakeRuntime>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    async fn start() -> Node {
+        let plane = ControlPlane::start().await;
+        let runtime = Arc::new(FakeRuntime::new());
+        runtime.add_image(IMAGE);
+        let client = plane.client(&Identity::node(NODE));
+        let clock = plane.clock();
+        let shared = Arc::new(Shared {
+            runtime: runtime.clone(),
+            client: client.clone(),
+            recorder: Recorder::new(client.clone(), "kubelet", NODE, clock.clone()),
+            clock,
+            backoff: Mutex::default(),
+            log_root: "/nonexistent/pods".into(),
+            host_ip: "192.0.2.10".into(),
+            runtime_name: "fake".into(),
+        });
+        let stop = CancellationToken::new();
+        let (s, c) = (stop.clone(), client);
+        let task = tokio::spawn(async move {
+            let informers = Informers::new(c, s.child_token());
+            pods::run(shared, &informers, NODE, s).await;
+        });
+        Node {
+            plane,
+            runtime,
+            stop,
+            task,
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.plane.admin(), "default")
+    }
+
+    async fn create(&self, name: &str, policy: &str, containers: serde_json::Value) -> Pod {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": NODE, "restartPolicy": policy, "containers": containers,
+                     "terminationGracePeriodSeconds": 7}
+        }))
+        .expect("pod");
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create")
+    }
+
+    async fn status_of(&self, name: &str, check: impl Fn(&Pod) -> bool) -> Pod {
+        let api = self.pods();
+        eventually(&format!("pod {name}"), Duration::from_secs(20), || {
+            let api = api.clone();
+            let check = &check;
+            async move { api.get_opt(name).await.ok().flatten().filter(|p| check(p)) }
+        })
+        .await
+    }
+
+    async fn wait_no_sandboxes(&self, what: &str) {
+        let runtime = self.runtime.clone();
+        eventually(what, Duration::from_secs(20), || {
+            let runtime = runtime.clone();
+            async move {
+                let sandboxes = runtime.list_pod_sandboxes(None).await.ok()?;
+                sandboxes.is_empty().then_some(())
+            }
+        })
+        .await;
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+        self.plane.stop().await;
+    }
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn container_state(pod: &Pod) -> serde_json::Value {
+    let status = pod.status.clone().unwrap_or_default();
+    match status.container_statuses.unwrap_or_default().first() {
+        Some(first) => serde_json::to_value(first).expect("json"),
+        None => serde_json::Value::Null,
+    }
+}
+
+#[tokio::test]
+async fn a_bound_pod_runs_and_reports_running_ready_with_its_ip() {
+    let node = Node::start().await;
+    node.create(
+        "web",
+        "Always",
+        json!([{"name": "httpd", "image": IMAGE, "command": ["httpd", "-f"],
+                "env": [{"name": "PORT", "value": "8080"}], "args": ["-p", "$(PORT)"]}]),
+    )
+    .await;
+    let pod = node
+        .status_of("web", |p| {
+            phase(p) == "Running" && rudder_runtime::meta::pod::is_ready(p)
+        })
+        .await;
+    let status = pod.status.clone().expect("status");
+    assert!(
+        status
+            .pod_ip
+            .as_deref()
+            .is_some_and(|ip| ip.starts_with("10.42.0."))
+    );
+    assert_eq!(status.host_ip.as_deref(), Some("192.0.2.10"));
+    assert!(status.start_time.is_some());
+    assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+    let c = container_state(&pod);
+    assert_eq!(c["restartCount"], 0);
+    assert!(
+        c["containerID"]
+            .as_str()
+            .expect("id")
+            .starts_with("fake://")
+    );
+    let running = node.runtime.running("httpd");
+    assert_eq!(running.len(), 1, "one container, not duplicated");
+    let config = node.runtime.config_of(&running[0].id).expect("config");
+    assert_eq!(config.command, ["httpd", "-f"]);
+    assert_eq!(config.args, ["-p", "8080"]);
+    let calls = node.runtime.calls();
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.starts_with("RunPodSandbox"))
+            .count(),
+        1,
+        "{calls:?}"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_crashing_container_restarts_then_waits_in_crash_loop_back_off() {
+    let node = Node::start().await;
+    node.create("crash", "Always", json!([{"name": "app", "image": IMAGE}]))
+        .await;
+    node.status_of("crash", |p| phase(p) == "Running").await;
+    let first = node.runtime.running("app").remove(0);
+    node.runtime.exit(&first.id, 3);
+    // The first restart is at once.
+    let pod = node
+        .status_of("crash", |p| {
+            container_state(p)["restartCount"] == 1
+                && container_state(p)["state"]["running"].is_object()
+        })
+        .await;
+    assert_eq!(
+        container_state(&pod)["lastState"]["terminated"]["exitCode"],
+        3
+    );
+    let second = node.runtime.running("app").remove(0);
+    node.runtime.exit(&second.id, 3);
+    let pod = node
+        .status_of("crash", |p| {
+            container_state(p)["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        })
+        .await;
+    let message = container_state(&pod)["state"]["waiting"]["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .is_some_and(|m| m
+                .starts_with("back-off 10s restarting failed container=app pod=crash_default(")),
+        "{message}"
+    );
+    assert!(
+        node.runtime.running("app").is_empty(),
+        "not restarted during the back-off"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_deleted_pod_is_stopped_with_its_grace_period_then_deleted() {
+    let node = Node::start().await;
+    node.create("bye", "Always", json!([{"name": "app", "image": IMAGE}]))
+        .await;
+    node.status_of("bye", |p| phase(p) == "Running").await;
+    let id = node.runtime.running("app").remove(0).id;
+    node.pods()
+        .delete("bye", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let api = node.pods();
+    eventually("the pod's final delete", Duration::from_secs(20), || {
+        let api = api.clone();
+        async move {
+            api.get_opt("bye")
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(
+        node.runtime
+            .calls()
+            .contains(&format!("StopContainer {id} 7")),
+        "stopped with the pod's grace period: {:?}",
+        node.runtime.calls()
+    );
+    node.wait_no_sandboxes("the pod's containers removed").await;
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn pods_that_never_restart_end_succeeded_or_failed() {
+    let node = Node::start().await;
+    node.create("ok", "Never", json!([{"name": "app", "image": IMAGE}]))
+        .await;
+    node.create("bad", "Never", json!([{"name": "job", "image": IMAGE}]))
+        .await;
+    node.status_of("ok", |p| phase(p) == "Running").await;
+    node.status_of("bad", |p| phase(p) == "Running").await;
+    node.runtime.exit(&node.runtime.running("app")[0].id, 0);
+    node.runtime.exit(&node.runtime.running("job")[0].id, 1);
+    let ok = node.status_of("ok", |p| phase(p) == "Succeeded").await;
+    assert_eq!(
+        container_state(&ok)["state"]["terminated"]["reason"],
+        "Completed"
+    );
+    let bad = node.status_of("bad", |p| phase(p) == "Failed").await;
+    assert_eq!(container_state(&bad)["state"]["terminated"]["exitCode"], 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_missing_image_is_err_image_pull() {
+    let node = Node::start().await;
+    node.create(
+        "nope",
+        "Always",
+        json!([{"name": "app", "image": "rudder.local/none:1"}]),
+    )
+    .await;
+    let pod = node
+        .status_of("nope", |p| {
+            container_state(p)["state"]["waiting"]["reason"] == "ErrImagePull"
+        })
+        .await;
+    assert_eq!(phase(&pod), "Pending");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn containers_of_pods_the_api_no_longer_has_are_removed() {
+    let node = Node::start().await;
+    // A sandbox left by an earlier agent for a pod that is gone.
+    let orphan = rudder_kubelet::cri::PodSandboxConfig {
+        metadata: Some(rudder_kubelet::cri::v1::PodSandboxMetadata {
+            name: "gone".into(),
+            uid: "uid-gone".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        labels: [("io.kubernetes.pod.uid".to_string(), "uid-gone".to_string())].into(),
+        ..Default::default()
+    };
+    node.runtime.run_pod_sandbox(orphan).await.expect("sandbox");
+    node.wait_no_sandboxes("the orphan removed").await;
+    node.stop().await;
+}
