@@ -813,3 +813,63 @@ where
     }
     seen
 }
+
+/// A namespace's watch sees only that namespace's objects — from a
+/// resourceVersion (the cache's history) and from now (its snapshot, then
+/// live) — though the watch cache holds the whole resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaced_watch_sees_only_its_namespace() {
+    let server = support::start(Backend::Embedded).await;
+    let namespaces: Api<Namespace> = Api::all(server.client.clone());
+    for name in ["one", "two"] {
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name}})).expect("namespace");
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+    }
+    let (one, two): (Api<ConfigMap>, Api<ConfigMap>) = (
+        Api::namespaced(server.client.clone(), "one"),
+        Api::namespaced(server.client.clone(), "two"),
+    );
+    one.create(&PostParams::default(), &configmap("elsewhere", &[]))
+        .await
+        .expect("create");
+    let from = current_rv(&two).await;
+    let mut since = two
+        .watch(&WatchParams::default(), &from)
+        .await
+        .expect("watch")
+        .boxed();
+    let mut now = two
+        .watch(&WatchParams::default(), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    // Changes in the other namespace, then one here.
+    let patch = json!({"metadata": {"labels": {"changed": "yes"}}});
+    one.patch("elsewhere", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
+    one.delete("elsewhere", &DeleteParams::default())
+        .await
+        .expect("delete");
+    two.create(&PostParams::default(), &configmap("here", &[]))
+        .await
+        .expect("create");
+    for watch in [&mut since, &mut now] {
+        match watch.try_next().await.expect("stream") {
+            Some(WatchEvent::Added(cm)) => {
+                assert_eq!(
+                    (
+                        cm.metadata.namespace.as_deref(),
+                        cm.metadata.name.as_deref()
+                    ),
+                    (Some("two"), Some("here"))
+                )
+            }
+            other => panic!("expected only namespace two's create, got {other:?}"),
+        }
+    }
+}

@@ -220,6 +220,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
         });
         let follow = Follow {
             convert,
+            namespace: ctx.namespace().map(str::to_string),
             selectors,
             name,
             render,
@@ -363,6 +364,9 @@ struct Follow {
     /// its definition and selectable fields, each cached object converted
     /// for this watcher.
     convert: Option<(std::sync::Arc<ResourceDef>, &'static [&'static str])>,
+    /// The namespace watched, if one: the cache's events are the whole
+    /// resource's.
+    namespace: Option<String>,
     selectors: Selectors,
     name: Option<String>,
     render: Render,
@@ -382,8 +386,20 @@ impl Follow {
         }
     }
 
+    /// Whether a cached object is in the namespace watched.
+    fn in_namespace(&self, object: &Cached) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| {
+            object
+                .selectable
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                == Some(ns)
+        })
+    }
+
     fn line(&mut self, event: &CachedEvent) -> Option<Bytes> {
         match event {
+            CachedEvent::Change { object, .. } if !self.in_namespace(object) => None,
             CachedEvent::Change {
                 kind, object, prev, ..
             } => {
