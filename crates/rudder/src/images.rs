@@ -74,10 +74,15 @@ pub async fn run(command: ImagesCommand) -> anyhow::Result<()> {
 pub struct KillallArgs {
     #[arg(long, env = "RUDDER_DATA_DIR", default_value = "/var/lib/rudder")]
     data_dir: PathBuf,
+    /// The agent's bridge (and nftables table), as given to `rudder server`.
+    #[arg(long, default_value = "rudder0")]
+    cni_bridge: String,
 }
 
 pub async fn killall(args: KillallArgs) -> anyhow::Result<()> {
-    let options = rudder_kubelet::agent::Options::new("", args.data_dir);
+    let mut options = rudder_kubelet::agent::Options::new("", args.data_dir);
+    options.bridge = args.cni_bridge.clone();
+    options.nftables_table = args.cni_bridge;
     rudder_kubelet::agent::killall(&options).await?;
     Ok(())
 }

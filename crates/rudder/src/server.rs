@@ -66,6 +66,11 @@ pub struct ServerArgs {
     #[arg(long, default_value = "10.43.0.0/16")]
     pub service_cidr: String,
 
+    /// The bridge the agent attaches pods to; its nftables table has the
+    /// same name. (Two agents on one machine need two.)
+    #[arg(long, default_value = "rudder0")]
+    pub cni_bridge: String,
+
     /// Run no controllers (garbage collector, namespace lifecycle, …): the
     /// API server stores what it is given and nothing reconciles it.
     #[arg(long)]
@@ -343,6 +348,8 @@ fn agent_options(args: &ServerArgs) -> anyhow::Result<rudder_kubelet::agent::Opt
     options.control_plane = true;
     options.container_runtime_endpoint = args.container_runtime_endpoint.clone();
     options.node_ip = args.node_ip;
+    options.bridge = args.cni_bridge.clone();
+    options.nftables_table = args.cni_bridge.clone();
     options.cluster_cidr = args
         .cluster_cidr
         .parse()

@@ -26,6 +26,8 @@ async fn server_stops_cleanly_on_sigterm_and_keeps_what_it_had() {
         let child = rudder()
             .args([
                 "server",
+                // The agent's own lifecycle is agent_e2e.rs's.
+                "--disable-agent",
                 "--bind-address",
                 "127.0.0.1",
                 "--port",

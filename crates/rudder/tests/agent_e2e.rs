@@ -1,0 +1,351 @@
+//! The whole one-machine cluster with real parts: `rudder server` with its
+//! in-process agent driving a containerd of its own, runc and the CNI
+//! plugins; real kubectl. A Deployment of three busybox httpd pods (the
+//! image packed from Debian's busybox-static by `rudder images
+//! pack-busybox`) runs, every pod answers HTTP on its pod IP from the
+//! host, a deleted pod is replaced, and a crashing pod goes into
+//! CrashLoopBackOff. Needs root (containers, network namespaces, routes):
+//! skipped, saying so, otherwise.
+//!
+//! Nothing leaves the machine: the cluster CIDR is blackholed before the
+//! agent starts anything, and the test talks only to loopback and to pod
+//! IPs on its own bridge. Everything it made — containers, network
+//! namespaces, mounts, the bridge and nftables table — is removed at the
+//! end by `rudder killall`, even when it fails.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Kubectl;
+
+const BRIDGE: &str = "rudde2e0";
+const CLUSTER_CIDR: &str = "10.42.240.0/20";
+const IMAGE: &str = "rudder.local/busybox:1";
+
+fn rudder() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rudder"))
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|u| u.split_whitespace().next() == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The server and everything its agent made; torn down on drop.
+struct Cluster {
+    server: Option<Child>,
+    data: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().join("data");
+        let images = data.join("agent/images");
+        std::fs::create_dir_all(&images).expect("images dir");
+        let packed = rudder()
+            .args(["images", "pack-busybox"])
+            .arg(images.join("busybox.tar"))
+            .output()
+            .expect("run rudder images pack-busybox");
+        assert!(
+            packed.status.success(),
+            "pack busybox (Debian's busybox-static; scripts/setup --test installs it): {}",
+            String::from_utf8_lossy(&packed.stderr)
+        );
+        let port = rudder_apiserver::testing::free_port().expect("a free port");
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
+        let server = rudder()
+            .args(["server", "--bind-address", "127.0.0.1", "--port"])
+            .arg(port.to_string())
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--node-name", "e2e-node", "--node-ip", "127.0.0.1"])
+            .args(["--cluster-cidr", CLUSTER_CIDR, "--cni-bridge", BRIDGE])
+            .env("RUDDER_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start rudder server");
+        Cluster {
+            server: Some(server),
+            data,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        let path = self.data.parent().expect("dir").join("server.log");
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    fn mounts_left(&self) -> Vec<String> {
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| Path::new(m).starts_with(&self.data))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Cluster {
+    /// Stops the server (SIGTERM) and removes every pod, the network and
+    /// the mounts the agent made; idempotent.
+    fn teardown(&mut self) -> Option<std::process::ExitStatus> {
+        let mut stopped = None;
+        if let Some(mut server) = self.server.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &server.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while server.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = server.kill();
+            stopped = server.wait().ok();
+        }
+        let _ = rudder()
+            .args(["killall", "--cni-bridge", BRIDGE, "--data-dir"])
+            .arg(&self.data)
+            .env("RUDDER_LOG", "warn")
+            .status();
+        stopped
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+/// GET / from `ip:port` over plain TCP; the body.
+fn http_get(ip: &str, port: u16) -> Option<String> {
+    let address: SocketAddr = format!("{ip}:{port}").parse().ok()?;
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /index.html HTTP/1.0\r\nHost: pod\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+}
+
+fn wait_for<T>(
+    what: &str,
+    within: Duration,
+    cluster: &Cluster,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; the server's log ends:\n{}",
+            cluster.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `name ip phase` of every pod of the deployment `web`.
+fn web_pods(k: &Kubectl<'_>) -> Vec<(String, String, String)> {
+    let (ok, out) = k.run(
+        &[
+            "get", "pods", "-l", "app=web", "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.status.phase} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
+        ],
+        None,
+    );
+    if !ok {
+        return Vec::new();
+    }
+    out.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let name = words.next()?.to_string();
+            let ip = words.next()?.to_string();
+            let phase = words.next()?.to_string();
+            // Terminating pods carry a fourth word.
+            words.next().is_none().then_some((name, ip, phase))
+        })
+        .collect()
+}
+
+#[test]
+fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted_pod() {
+    if !is_root() {
+        eprintln!(
+            "skipped: the node agent's end-to-end test needs root (containers, network namespaces, routes)"
+        );
+        return;
+    }
+    let mut cluster = Cluster::start();
+    let kubectl = common::versions().pop().expect("a kubectl").1;
+    let k = Kubectl {
+        binary: &kubectl,
+        kubeconfig: cluster.data.join("kubeconfig.yaml"),
+        cache: cluster.data.parent().expect("dir").join("kubectl-cache"),
+        namespace: "default".into(),
+    };
+    wait_for(
+        "the node to be Ready",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let (ok, out) = k.run(&["get", "nodes", "--no-headers"], None);
+            (ok && out.contains("e2e-node") && out.contains(" Ready ")).then_some(())
+        },
+    );
+    let (_, nodes) = k.run(&["get", "nodes", "-o", "wide"], None);
+    assert!(nodes.contains("control-plane"), "{nodes}");
+    assert!(nodes.contains("containerd://"), "{nodes}");
+
+    let (ok, out) = k.run(
+        &[
+            "create",
+            "deployment",
+            "web",
+            &format!("--image={IMAGE}"),
+            "--replicas=3",
+            "--",
+            "sh",
+            "-c",
+            "echo hello from $(hostname) > /tmp/index.html; exec httpd -f -p 8080 -h /tmp",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    let pods = wait_for(
+        "3 Running pods with IPs",
+        Duration::from_secs(90),
+        &cluster,
+        || {
+            let pods = web_pods(&k);
+            (pods.len() == 3
+                && pods
+                    .iter()
+                    .all(|(_, ip, phase)| phase == "Running" && ip.starts_with("10.42.")))
+            .then_some(pods)
+        },
+    );
+    for (name, ip, _) in &pods {
+        let body = wait_for(
+            &format!("{name} to answer on {ip}:8080"),
+            Duration::from_secs(20),
+            &cluster,
+            || http_get(ip, 8080),
+        );
+        assert_eq!(body.trim(), format!("hello from {name}"));
+    }
+
+    // A deleted pod is replaced. httpd, as PID 1, ignores SIGTERM: the
+    // grace period ends in SIGKILL.
+    let victim = pods[0].0.clone();
+    let (ok, out) = k.run(
+        &["delete", "pod", &victim, "--grace-period=2", "--wait=false"],
+        None,
+    );
+    assert!(ok, "{out}");
+    let replaced = wait_for(
+        "a replacement Running",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let now = web_pods(&k);
+            (now.len() == 3
+                && now
+                    .iter()
+                    .all(|(n, _, phase)| n != &victim && phase == "Running"))
+            .then_some(now)
+        },
+    );
+    let newcomer = replaced
+        .iter()
+        .find(|(n, _, _)| !pods.iter().any(|(old, _, _)| old == n))
+        .expect("a new pod");
+    let body = wait_for(
+        "the replacement to answer",
+        Duration::from_secs(20),
+        &cluster,
+        || http_get(&newcomer.1, 8080),
+    );
+    assert_eq!(body.trim(), format!("hello from {}", newcomer.0));
+    wait_for(
+        "the deleted pod to be gone",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            let (ok, out) = k.run(
+                &["get", "pod", &victim, "--ignore-not-found", "-o", "name"],
+                None,
+            );
+            (ok && out.trim().is_empty()).then_some(())
+        },
+    );
+
+    // A container that keeps failing waits in CrashLoopBackOff.
+    let (ok, out) = k.run(
+        &[
+            "run",
+            "crash",
+            &format!("--image={IMAGE}"),
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    wait_for(
+        "crash in CrashLoopBackOff",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let (ok, out) = k.run(
+            &["get", "pod", "crash", "-o", "jsonpath={.status.containerStatuses[0].state.waiting.reason} {.status.containerStatuses[0].lastState.terminated.exitCode}"],
+            None,
+        );
+            (ok && out.trim() == "CrashLoopBackOff 3").then_some(())
+        },
+    );
+
+    // Everything the cluster made goes with it.
+    let log = cluster.log();
+    let stopped = cluster.teardown();
+    assert!(
+        stopped.is_some_and(|s| s.success()),
+        "the server (and its agent) stops cleanly on SIGTERM: {stopped:?}\n{log}"
+    );
+    let left = cluster.mounts_left();
+    assert!(left.is_empty(), "mounts left: {left:?}");
+    let links = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .expect("ip link");
+    let links = String::from_utf8_lossy(&links.stdout);
+    assert!(!links.contains(BRIDGE), "the bridge is left: {links}");
+}
