@@ -37,6 +37,10 @@ impl Layout {
         self.dir.join("containerd.log")
     }
 
+    pub fn pid_path(&self) -> PathBuf {
+        self.dir.join("containerd.pid")
+    }
+
     /// containerd's config (version 2). The keys that matter on this kind
     /// of machine are in `shared/reference/node-runtime.md`:
     /// `restrict_oom_score_adj` (no CAP_SYS_RESOURCE), cgroupfs
@@ -118,7 +122,51 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { what, path, source }
 }
 
+/// Stops a containerd an earlier agent of this data dir left running (an
+/// agent killed with SIGKILL cannot stop its child): two on one root would
+/// fight over its database. Its containers run on under their shims.
+async fn stop_leftover(layout: &Layout) {
+    let Some(pid) = std::fs::read_to_string(layout.pid_path())
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+    else {
+        return;
+    };
+    let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|cmdline| {
+            let config = layout.config_path().display().to_string();
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == config.as_bytes())
+        })
+        .unwrap_or(false);
+    let Some(process) = rustix::process::Pid::from_raw(pid).filter(|_| ours) else {
+        return;
+    };
+    tracing::info!(pid, "stopping the containerd an earlier agent left running");
+    let _ = rustix::process::kill_process(process, rustix::process::Signal::TERM);
+    // Gone, or a zombie its new parent has not reaped yet.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().to_string())
+            })
+            .is_some_and(|rest| !rest.starts_with('Z'))
+    };
+    for _ in 0..100 {
+        if !alive() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = rustix::process::kill_process(process, rustix::process::Signal::KILL);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
 async fn spawn(layout: &Layout) -> Result<tokio::process::Child, Error> {
+    stop_leftover(layout).await;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -147,9 +195,14 @@ async fn spawn(layout: &Layout) -> Result<tokio::process::Child, Error> {
     if !path.split(':').any(|p| p == "/usr/sbin") {
         command.env("PATH", format!("{path}:/usr/local/sbin:/usr/sbin:/sbin"));
     }
-    command
+    let child = command
         .spawn()
-        .map_err(io("start containerd with", &layout.config_path()))
+        .map_err(io("start containerd with", &layout.config_path()))?;
+    if let Some(pid) = child.id() {
+        std::fs::write(layout.pid_path(), pid.to_string())
+            .map_err(io("write containerd's pid to", &layout.pid_path()))?;
+    }
+    Ok(child)
 }
 
 async fn wait_ready(

@@ -46,6 +46,7 @@ fn is_root() -> bool {
 struct Cluster {
     server: Option<Child>,
     data: PathBuf,
+    port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -66,12 +67,28 @@ impl Cluster {
             String::from_utf8_lossy(&packed.stderr)
         );
         let port = rudder_apiserver::testing::free_port().expect("a free port");
-        let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
+        let mut cluster = Cluster {
+            server: None,
+            data,
+            port,
+            _dir: dir,
+        };
+        cluster.spawn();
+        cluster
+    }
+
+    /// Starts `rudder server` (again) on the cluster's data dir and port.
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data.parent().expect("dir").join("server.log"))
+            .expect("log");
         let server = rudder()
             .args(["server", "--bind-address", "127.0.0.1", "--port"])
-            .arg(port.to_string())
+            .arg(self.port.to_string())
             .arg("--data-dir")
-            .arg(&data)
+            .arg(&self.data)
             .args(["--node-name", "e2e-node", "--node-ip", "127.0.0.1"])
             .args(["--cluster-cidr", CLUSTER_CIDR, "--cni-bridge", BRIDGE])
             .env("RUDDER_LOG", "info")
@@ -79,11 +96,27 @@ impl Cluster {
             .stderr(log)
             .spawn()
             .expect("start rudder server");
-        Cluster {
-            server: Some(server),
-            data,
-            _dir: dir,
+        self.server = Some(server);
+    }
+
+    /// Kills the server (and so its agent) with SIGKILL.
+    fn kill_hard(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
         }
+    }
+
+    fn wait_node_ready(&self, k: &Kubectl<'_>) {
+        wait_for(
+            "the node to be Ready",
+            Duration::from_secs(60),
+            self,
+            || {
+                let (ok, out) = k.run(&["get", "nodes", "--no-headers"], None);
+                (ok && out.contains("e2e-node") && out.contains(" Ready ")).then_some(())
+            },
+        );
     }
 
     fn log(&self) -> String {
@@ -259,6 +292,52 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
             || http_get(ip, 8080),
         );
         assert_eq!(body.trim(), format!("hello from {name}"));
+    }
+
+    // Killed with SIGKILL and started again, the agent adopts every
+    // running container: none restarted, none duplicated.
+    let containers = |k: &Kubectl<'_>| {
+        let (ok, out) = k.run(
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=web",
+                "-o",
+                "jsonpath={.items[*].status.containerStatuses[0].containerID}",
+            ],
+            None,
+        );
+        assert!(ok, "{out}");
+        let mut ids: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+        ids.sort();
+        ids
+    };
+    let before = containers(&k);
+    cluster.kill_hard();
+    cluster.spawn();
+    cluster.wait_node_ready(&k);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        containers(&k),
+        before,
+        "the same containers after the restart"
+    );
+    let runtime_containers = Command::new("ctr")
+        .arg("--address")
+        .arg(cluster.data.join("agent/containerd/containerd.sock"))
+        .args(["--namespace", "k8s.io", "containers", "list", "--quiet"])
+        .output()
+        .expect("ctr");
+    let listed = String::from_utf8_lossy(&runtime_containers.stdout)
+        .lines()
+        .count();
+    assert_eq!(listed, 6, "3 sandboxes and 3 containers, no more: {listed}");
+    for (name, ip, _) in &pods {
+        assert_eq!(
+            http_get(ip, 8080).map(|b| b.trim().to_string()),
+            Some(format!("hello from {name}"))
+        );
     }
 
     // A deleted pod is replaced. httpd, as PID 1, ignores SIGTERM: the
