@@ -10,8 +10,8 @@ use async_trait::async_trait;
 
 use crate::cri::v1 as cri;
 use crate::cri::{
-    Container, ContainerState, Error, POD_UID_LABEL, PodSandboxState, Result, Runtime, Sandbox,
-    Version,
+    Container, ContainerState, Error, ExecResult, POD_UID_LABEL, PodSandboxState, Result, Runtime,
+    Sandbox, Version,
 };
 
 #[derive(Debug, Clone)]
@@ -38,6 +38,9 @@ struct State {
     calls: Vec<String>,
     next_id: u64,
     next_ip: u8,
+    /// Exit codes `exec_sync` answers with, by the command's first word
+    /// (0 when not set).
+    exec_codes: HashMap<String, i32>,
 }
 
 /// An in-memory CRI runtime.
@@ -91,6 +94,11 @@ impl FakeRuntime {
             c.finished_at = now_nanos();
             c.reason = if code == 0 { "Completed" } else { "Error" }.into();
         }
+    }
+
+    /// Makes every later `exec_sync` of `command` exit with `code`.
+    pub fn set_exec_exit_code(&self, command: &str, code: i32) {
+        self.state().exec_codes.insert(command.to_string(), code);
     }
 
     /// The running containers named `name` (of any pod).
@@ -318,6 +326,24 @@ impl Runtime for FakeRuntime {
             annotations: c.listed.annotations.clone(),
             ..Default::default()
         })
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        _timeout_seconds: i64,
+    ) -> Result<ExecResult> {
+        let first = cmd.first().cloned().unwrap_or_default();
+        self.record(format!("ExecSync {id} {}", cmd.join(" ")));
+        let state = self.state();
+        match state.containers.get(id) {
+            Some(c) if c.listed.state == ContainerState::ContainerRunning => Ok(ExecResult {
+                exit_code: state.exec_codes.get(&first).copied().unwrap_or(0),
+                ..ExecResult::default()
+            }),
+            _ => Err(not_found("ExecSync", id)),
+        }
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<String>> {

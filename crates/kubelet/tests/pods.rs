@@ -303,3 +303,43 @@ async fn containers_of_pods_the_api_no_longer_has_are_removed() {
     node.wait_no_sandboxes("the orphan removed").await;
     node.stop().await;
 }
+
+#[tokio::test]
+async fn readiness_follows_the_readiness_probe_and_a_failed_liveness_probe_restarts() {
+    let node = Node::start().await;
+    node.runtime.set_exec_exit_code("ready-check", 1);
+    node.create(
+        "probed",
+        "Always",
+        json!([{"name": "app", "image": IMAGE,
+                "readinessProbe": {"exec": {"command": ["ready-check"]}, "periodSeconds": 1, "failureThreshold": 1},
+                "livenessProbe": {"exec": {"command": ["live-check"]}, "periodSeconds": 1, "failureThreshold": 2}}]),
+    )
+    .await;
+    let pod = node
+        .status_of("probed", |p| {
+            phase(p) == "Running" && container_state(p)["state"]["running"].is_object()
+        })
+        .await;
+    assert_eq!(
+        container_state(&pod)["ready"],
+        false,
+        "not ready before a successful probe"
+    );
+    node.runtime.set_exec_exit_code("ready-check", 0);
+    node.status_of("probed", rudder_runtime::meta::pod::is_ready)
+        .await;
+    node.runtime.set_exec_exit_code("ready-check", 1);
+    node.status_of("probed", |p| !rudder_runtime::meta::pod::is_ready(p))
+        .await;
+    // Liveness fails twice: the container is stopped and started again.
+    node.runtime.set_exec_exit_code("live-check", 1);
+    let pod = node
+        .status_of("probed", |p| container_state(p)["restartCount"] == 1)
+        .await;
+    assert_eq!(
+        container_state(&pod)["lastState"]["terminated"]["exitCode"],
+        143
+    );
+    node.stop().await;
+}

@@ -412,6 +412,58 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
         },
     );
 
+    // Probes on real containers: readiness (exec) flips Ready on and off
+    // as the container makes and removes /tmp/ready; liveness (httpGet)
+    // fails once index.html is gone, and the container is restarted.
+    let probed = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probed"},
+      "spec": {"terminationGracePeriodSeconds": 2, "containers": [{"name": "web", "image": "rudder.local/busybox:1",
+        "command": ["sh", "-c", "echo ok > /tmp/index.html; (sleep 4; touch /tmp/ready; sleep 5; rm /tmp/ready; sleep 3; rm /tmp/index.html) & exec httpd -f -p 8080 -h /tmp"],
+        "readinessProbe": {"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1, "failureThreshold": 1},
+        "livenessProbe": {"httpGet": {"path": "/index.html", "port": 8080}, "periodSeconds": 1, "failureThreshold": 2}}]}}"#;
+    let (ok, out) = k.run(&["apply", "-f", "-"], Some(probed));
+    assert!(ok, "{out}");
+    let ready = |k: &Kubectl<'_>| {
+        let (ok, out) = k.run(
+            &["get", "pod", "probed", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status} {.status.containerStatuses[0].restartCount}"],
+            None,
+        );
+        ok.then_some(out.trim().to_string())
+    };
+    wait_for(
+        "probed Running, not ready",
+        Duration::from_secs(30),
+        &cluster,
+        || (ready(&k)? == "False 0").then_some(()),
+    );
+    wait_for("probed ready", Duration::from_secs(30), &cluster, || {
+        (ready(&k)? == "True 0").then_some(())
+    });
+    wait_for(
+        "probed unready again",
+        Duration::from_secs(30),
+        &cluster,
+        || (ready(&k)? == "False 0").then_some(()),
+    );
+    wait_for(
+        "probed restarted by its liveness probe",
+        Duration::from_secs(60),
+        &cluster,
+        || ready(&k)?.ends_with(" 1").then_some(()),
+    );
+    let (_, events) = k.run(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=probed",
+        ],
+        None,
+    );
+    assert!(
+        events.contains("failed liveness probe, will be restarted"),
+        "{events}"
+    );
+
     // Everything the cluster made goes with it.
     let log = cluster.log();
     let stopped = cluster.teardown();

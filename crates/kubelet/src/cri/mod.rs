@@ -80,6 +80,14 @@ pub struct Sandbox {
     pub labels: std::collections::HashMap<String, String>,
 }
 
+/// What an `ExecSync` ran to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
 /// The runtime's name and version (CRI `Version`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Version {
@@ -114,6 +122,14 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// Every container, or those of the pod with uid `pod_uid`.
     async fn list_containers(&self, pod_uid: Option<&str>) -> Result<Vec<Container>>;
     async fn container_status(&self, id: &str) -> Result<ContainerStatus>;
+    /// Runs `cmd` in the container and waits for it (at most
+    /// `timeout_seconds`): its exit code and output.
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_seconds: i64,
+    ) -> Result<ExecResult>;
 
     /// The image's id when the runtime has it.
     async fn image_status(&self, image: &str) -> Result<Option<String>>;

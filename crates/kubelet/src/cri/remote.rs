@@ -9,7 +9,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::v1::image_service_client::ImageServiceClient;
 use super::v1::runtime_service_client::RuntimeServiceClient;
 use super::v1::{self as cri};
-use super::{Container, Error, Result, Runtime, Sandbox, Version};
+use super::{Container, Error, ExecResult, Result, Runtime, Sandbox, Version};
 
 /// How long one CRI call may take (upstream's `--runtime-request-timeout`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -259,6 +259,34 @@ impl Runtime for RemoteRuntime {
             .await
             .map_err(call("ContainerStatus"))?;
         Ok(reply.into_inner().status.unwrap_or_default())
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_seconds: i64,
+    ) -> Result<ExecResult> {
+        let mut request = tonic::Request::new(cri::ExecSyncRequest {
+            container_id: id.into(),
+            cmd,
+            timeout: timeout_seconds,
+        });
+        request.set_timeout(
+            Duration::from_secs(timeout_seconds.max(0) as u64) + Duration::from_secs(10),
+        );
+        let reply = self
+            .runtime
+            .clone()
+            .exec_sync(request)
+            .await
+            .map_err(call("ExecSync"))?
+            .into_inner();
+        Ok(ExecResult {
+            exit_code: reply.exit_code,
+            stdout: reply.stdout,
+            stderr: reply.stderr,
+        })
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<String>> {

@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod config;
 pub mod observed;
 pub mod plan;
+pub mod probe;
 pub mod status;
 pub mod worker;
 

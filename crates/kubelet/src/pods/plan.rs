@@ -41,6 +41,9 @@ pub struct Plan {
     pub waiting: Vec<Waiting>,
     /// Exited instances no status needs any more.
     pub remove: Vec<String>,
+    /// Running containers that failed their liveness probe: stopped, then
+    /// restarted as their restart policy says.
+    pub kill_containers: Vec<String>,
 }
 
 pub fn restart_policy(pod: &Pod) -> &str {
@@ -144,7 +147,13 @@ pub fn go_duration(d: std::time::Duration) -> String {
 }
 
 /// Decides one sync of `pod` given what the runtime holds.
-pub fn plan(pod: &Pod, observed: &Observed, backoff: &mut Backoff, now: SystemTime) -> Plan {
+pub fn plan(
+    pod: &Pod,
+    observed: &Observed,
+    unhealthy: &dyn Fn(&str) -> bool,
+    backoff: &mut Backoff,
+    now: SystemTime,
+) -> Plan {
     let mut plan = Plan::default();
     if is_terminating(pod) || is_done(pod, observed) {
         plan.kill_pod = observed.any_running() || observed.sandboxes.iter().any(|s| s.ready);
@@ -236,6 +245,7 @@ pub fn plan(pod: &Pod, observed: &Observed, backoff: &mut Backoff, now: SystemTi
                     }
                 }
             }
+            Some(i) if i.running() && unhealthy(&i.id) => plan.kill_containers.push(i.id.clone()),
             Some(_) => {}
         }
     }
@@ -309,6 +319,18 @@ mod tests {
         }
     }
 
+    /// A ready sandbox `s1` with these instances.
+    fn in_sandbox(instances: Vec<Instance>) -> Observed {
+        Observed {
+            sandboxes: vec![sandbox("s1", true)],
+            instances,
+        }
+    }
+
+    fn healthy(_: &str) -> bool {
+        false
+    }
+
     fn t0() -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000)
     }
@@ -316,7 +338,13 @@ mod tests {
     #[test]
     fn a_new_pod_gets_a_sandbox_then_its_first_init_container() {
         let p = pod("Always", &["setup"], &["app"]);
-        let plan = plan(&p, &Observed::default(), &mut Backoff::default(), t0());
+        let plan = plan(
+            &p,
+            &Observed::default(),
+            &healthy,
+            &mut Backoff::default(),
+            t0(),
+        );
         assert_eq!(plan.create_sandbox, Some(0));
         assert!(!plan.kill_pod);
         assert_eq!(plan.start.len(), 1);
@@ -329,20 +357,17 @@ mod tests {
     #[test]
     fn containers_start_once_init_containers_succeeded() {
         let p = pod("Always", &["setup"], &["a", "b"]);
-        let mut observed = Observed {
-            sandboxes: vec![sandbox("s1", true)],
-            instances: vec![instance(
-                "setup",
-                0,
-                ContainerState::ContainerRunning,
-                0,
-                t0(),
-            )],
-        };
-        let waiting = plan(&p, &observed, &mut Backoff::default(), t0());
+        let mut observed = in_sandbox(vec![instance(
+            "setup",
+            0,
+            ContainerState::ContainerRunning,
+            0,
+            t0(),
+        )]);
+        let waiting = plan(&p, &observed, &healthy, &mut Backoff::default(), t0());
         assert!(waiting.start.is_empty(), "the init container still runs");
         observed.instances[0].state = ContainerState::ContainerExited;
-        let next = plan(&p, &observed, &mut Backoff::default(), t0());
+        let next = plan(&p, &observed, &healthy, &mut Backoff::default(), t0());
         let names: Vec<_> = next.start.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(next.create_sandbox, None);
@@ -352,26 +377,32 @@ mod tests {
     fn a_crashing_container_restarts_with_growing_back_off() {
         let p = pod("Always", &[], &["app"]);
         let mut backoff = Backoff::default();
-        let observed = Observed {
-            sandboxes: vec![sandbox("s1", true)],
-            instances: vec![instance("app", 0, ContainerState::ContainerExited, 1, t0())],
-        };
-        let first = plan(&p, &observed, &mut backoff, t0());
+        let observed = in_sandbox(vec![instance(
+            "app",
+            0,
+            ContainerState::ContainerExited,
+            1,
+            t0(),
+        )]);
+        let first = plan(&p, &observed, &healthy, &mut backoff, t0());
         assert_eq!(first.start[0].attempt, 1, "the first restart is at once");
-        let observed = Observed {
-            sandboxes: vec![sandbox("s1", true)],
-            instances: vec![
-                instance(
-                    "app",
-                    1,
-                    ContainerState::ContainerExited,
-                    1,
-                    t0() + Duration::from_secs(1),
-                ),
-                instance("app", 0, ContainerState::ContainerExited, 1, t0()),
-            ],
-        };
-        let second = plan(&p, &observed, &mut backoff, t0() + Duration::from_secs(2));
+        let observed = in_sandbox(vec![
+            instance(
+                "app",
+                1,
+                ContainerState::ContainerExited,
+                1,
+                t0() + Duration::from_secs(1),
+            ),
+            instance("app", 0, ContainerState::ContainerExited, 1, t0()),
+        ]);
+        let second = plan(
+            &p,
+            &observed,
+            &healthy,
+            &mut backoff,
+            t0() + Duration::from_secs(2),
+        );
         assert!(second.start.is_empty());
         assert_eq!(second.waiting[0].reason, "CrashLoopBackOff");
         assert!(
@@ -386,21 +417,26 @@ mod tests {
             ["app-0"],
             "only the newest exited instance is kept"
         );
-        let third = plan(&p, &observed, &mut backoff, t0() + Duration::from_secs(12));
+        let third = plan(
+            &p,
+            &observed,
+            &healthy,
+            &mut backoff,
+            t0() + Duration::from_secs(12),
+        );
         assert_eq!(third.start[0].attempt, 2);
     }
 
     #[test]
     fn restart_policies_decide_what_an_exit_means() {
-        let exited = |code| Observed {
-            sandboxes: vec![sandbox("s1", true)],
-            instances: vec![instance(
+        let exited = |code| {
+            in_sandbox(vec![instance(
                 "app",
                 0,
                 ContainerState::ContainerExited,
                 code,
                 t0(),
-            )],
+            )])
         };
         let never = pod("Never", &[], &["app"]);
         assert!(is_done(&never, &exited(0)));
@@ -408,7 +444,7 @@ mod tests {
         let on_failure = pod("OnFailure", &[], &["app"]);
         assert!(is_done(&on_failure, &exited(0)));
         assert!(!is_done(&on_failure, &exited(1)));
-        let plan = plan(&never, &exited(1), &mut Backoff::default(), t0());
+        let plan = plan(&never, &exited(1), &healthy, &mut Backoff::default(), t0());
         assert!(plan.start.is_empty() && plan.create_sandbox.is_none());
         assert!(plan.kill_pod, "the done pod's sandbox is stopped");
     }
@@ -426,27 +462,40 @@ mod tests {
                 t0(),
             )],
         };
-        let plan = plan(&p, &observed, &mut Backoff::default(), t0());
+        let plan = plan(&p, &observed, &healthy, &mut Backoff::default(), t0());
         assert!(plan.kill_pod);
         assert_eq!(plan.create_sandbox, Some(1));
         assert_eq!(plan.start[0].attempt, 4);
     }
 
     #[test]
+    fn a_container_failing_its_liveness_probe_is_stopped() {
+        let p = pod("Always", &[], &["app"]);
+        let observed = in_sandbox(vec![instance(
+            "app",
+            0,
+            ContainerState::ContainerRunning,
+            0,
+            t0(),
+        )]);
+        let failing = |id: &str| id == "app-0";
+        let plan = plan(&p, &observed, &failing, &mut Backoff::default(), t0());
+        assert_eq!(plan.kill_containers, ["app-0"]);
+        assert!(plan.start.is_empty() && !plan.kill_pod);
+    }
+
+    #[test]
     fn a_terminating_pod_is_only_killed() {
         let mut p = pod("Always", &[], &["app"]);
         p.metadata.deletion_timestamp = Some(crate::api_time(t0()));
-        let observed = Observed {
-            sandboxes: vec![sandbox("s1", true)],
-            instances: vec![instance(
-                "app",
-                0,
-                ContainerState::ContainerRunning,
-                0,
-                t0(),
-            )],
-        };
-        let plan = plan(&p, &observed, &mut Backoff::default(), t0());
+        let observed = in_sandbox(vec![instance(
+            "app",
+            0,
+            ContainerState::ContainerRunning,
+            0,
+            t0(),
+        )]);
+        let plan = plan(&p, &observed, &healthy, &mut Backoff::default(), t0());
         assert_eq!(
             plan,
             Plan {

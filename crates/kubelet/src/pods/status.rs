@@ -23,6 +23,9 @@ pub struct Extra {
     /// The runtime's name, prefixed to container ids (`containerd://…`).
     pub runtime_name: String,
     pub start_time: Option<SystemTime>,
+    /// Running containers' (started, ready) by name, from their probes;
+    /// a container missing here is both once it runs.
+    pub probed: HashMap<String, (bool, bool)>,
 }
 
 fn terminated(i: &Instance, runtime: &str) -> ContainerStateTerminated {
@@ -105,13 +108,18 @@ fn container_status(
         ),
     };
     let running = state.running.is_some();
+    let (started, ready) = extra
+        .probed
+        .get(&container.name)
+        .copied()
+        .unwrap_or((true, true));
     ContainerStatus {
         name: container.name.clone(),
         image: container.image.clone().unwrap_or_default(),
         image_id: latest.map(|i| i.image_ref.clone()).unwrap_or_default(),
         container_id: latest.map(|i| format!("{runtime}://{}", i.id)),
-        ready: running,
-        started: Some(running),
+        ready: running && ready,
+        started: Some(running && started),
         restart_count: latest.map_or(0, |i| i.attempt as i32),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),

@@ -21,6 +21,7 @@ use super::backoff::Backoff;
 use super::config::{container_config, sandbox_config};
 use super::observed::{Observed, observe};
 use super::plan::{Plan, Start, plan};
+use super::probe::{self, Prober};
 use super::status::{Extra, generate};
 use crate::cri::Runtime;
 use crate::node::FIELD_MANAGER;
@@ -66,6 +67,7 @@ struct Memory {
     waiting: HashMap<String, (String, String)>,
     start_time: Option<SystemTime>,
     deleted: bool,
+    prober: Prober,
 }
 
 /// Runs the worker of the pod with `uid` until the pod is gone and its
@@ -98,7 +100,7 @@ pub async fn run(
             Some(pod) => {
                 let span = tracing::debug_span!("sync", pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()));
                 let _entered = span.enter();
-                match sync(&shared, &pod, &mut memory).await {
+                match sync(&shared, &pod, &mut memory, &kick).await {
                     Ok(wait) => wait,
                     Err(error) => {
                         tracing::warn!(pod = %pod.name_any(), %error, "pod sync failed");
@@ -348,19 +350,46 @@ fn is_terminal(pod: &Pod) -> bool {
 }
 
 /// One sync of the pod; returns how long until the next one at the latest.
-async fn sync(shared: &Shared, pod: &Pod, memory: &mut Memory) -> Result<Duration, SyncError> {
+async fn sync(
+    shared: &Arc<Shared>,
+    pod: &Pod,
+    memory: &mut Memory,
+    kick: &Arc<Notify>,
+) -> Result<Duration, SyncError> {
     let uid = pod.uid().unwrap_or_default();
     let now = shared.clock.now();
     memory.start_time.get_or_insert(now);
     let observed = observe(shared.runtime.as_ref(), &uid).await?;
     let plan: Plan = {
         let mut backoff = shared.backoff.lock().unwrap_or_else(|e| e.into_inner());
-        plan(pod, &observed, &mut backoff, now)
+        let results = memory.prober.results.clone();
+        let unhealthy = |id: &str| probe::unhealthy(id, &results);
+        plan(pod, &observed, &unhealthy, &mut backoff, now)
     };
     let mut wait = RESYNC;
     memory.waiting.clear();
     if plan.kill_pod {
         kill(shared, pod, &observed).await?;
+    }
+    for id in &plan.kill_containers {
+        let name = observed
+            .instances
+            .iter()
+            .find(|i| &i.id == id)
+            .map(|i| i.name.clone())
+            .unwrap_or_default();
+        shared.recorder.event(
+            &reference_to(pod),
+            EventType::Normal,
+            "Killing",
+            "Killing",
+            &format!("Container {name} failed liveness probe, will be restarted"),
+        );
+        shared
+            .runtime
+            .stop_container(id, grace_period(pod))
+            .await
+            .or_else(ignore_missing)?;
     }
     let mut sandbox_id = observed.ready_sandbox().map(|s| s.id.clone());
     let attempt = plan
@@ -436,6 +465,7 @@ async fn sync(shared: &Shared, pod: &Pod, memory: &mut Memory) -> Result<Duratio
     } else {
         observed
     };
+    memory.prober.sync(shared, pod, &observed, kick);
     if !is_terminal(pod) || !observed.is_empty() {
         report(shared, pod, &observed, memory).await?;
     }
@@ -468,7 +498,18 @@ async fn report(
     observed: &Observed,
     memory: &Memory,
 ) -> Result<(), SyncError> {
+    let results = &memory.prober.results;
+    let probed = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .filter_map(|c| {
+            let id = &observed.latest(&c.name).filter(|i| i.running())?.id;
+            Some((c.name.clone(), probe::started_and_ready(c, id, results)))
+        })
+        .collect();
     let extra = Extra {
+        probed,
         waiting: memory.waiting.clone(),
         host_ip: shared.host_ip.clone(),
         runtime_name: shared.runtime_name.clone(),

@@ -1,0 +1,378 @@
+//! Probes (upstream's prober): startup, liveness and readiness probes of
+//! every running container, each a task of its own that runs its probe —
+//! exec (CRI ExecSync), httpGet, tcpSocket — every `periodSeconds` after
+//! `initialDelaySeconds`, counts consecutive results against the
+//! thresholds, and wakes the pod's worker when a result flips. Liveness
+//! and readiness wait until the startup probe has succeeded.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, Pod, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use rudder_runtime::EventType;
+use rudder_runtime::events::reference_to;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::observed::Observed;
+use super::worker::Shared;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Startup,
+    Liveness,
+    Readiness,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Startup => "Startup",
+            Kind::Liveness => "Liveness",
+            Kind::Readiness => "Readiness",
+        }
+    }
+
+    fn of(self, container: &Container) -> Option<&Probe> {
+        match self {
+            Kind::Startup => container.startup_probe.as_ref(),
+            Kind::Liveness => container.liveness_probe.as_ref(),
+            Kind::Readiness => container.readiness_probe.as_ref(),
+        }
+    }
+
+    /// The result before the first probe: a container is alive, not ready
+    /// and not started.
+    fn initial(self) -> bool {
+        self == Kind::Liveness
+    }
+}
+
+/// What one probe run found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    Failure(String),
+}
+
+/// The current results of a pod's probes, by container id and kind.
+#[derive(Debug, Default)]
+pub struct Results {
+    map: Mutex<HashMap<(String, Kind), bool>>,
+}
+
+impl Results {
+    pub fn get(&self, container_id: &str, kind: Kind) -> Option<bool> {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(container_id.to_string(), kind))
+            .copied()
+    }
+
+    /// Sets a result; whether it changed.
+    fn set(&self, container_id: &str, kind: Kind, value: bool) -> bool {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert((container_id.to_string(), kind), value) != Some(value)
+    }
+
+    fn retain(&self, ids: &HashSet<String>) {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, _), _| ids.contains(id));
+    }
+}
+
+/// Whether a running container is started (its startup probe succeeded,
+/// or it has none) and ready (its readiness probe succeeded, or it has
+/// none).
+pub fn started_and_ready(
+    container: &Container,
+    container_id: &str,
+    results: &Results,
+) -> (bool, bool) {
+    let started =
+        container.startup_probe.is_none() || results.get(container_id, Kind::Startup) == Some(true);
+    let ready = started
+        && (container.readiness_probe.is_none()
+            || results.get(container_id, Kind::Readiness) == Some(true));
+    (started, ready)
+}
+
+/// Whether a container failed its liveness probe (it is then restarted).
+pub fn unhealthy(container_id: &str, results: &Results) -> bool {
+    results.get(container_id, Kind::Liveness) == Some(false)
+}
+
+/// A pod's probe tasks.
+#[derive(Debug, Default)]
+pub struct Prober {
+    tasks: HashMap<(String, Kind), CancellationToken>,
+    pub results: Arc<Results>,
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        for token in self.tasks.values() {
+            token.cancel();
+        }
+    }
+}
+
+impl Prober {
+    /// Runs a task for every probe of every running container, and stops
+    /// the tasks of containers that no longer run.
+    pub fn sync(
+        &mut self,
+        shared: &Arc<Shared>,
+        pod: &Pod,
+        observed: &Observed,
+        kick: &Arc<Notify>,
+    ) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let pod_ip = if spec.host_network.unwrap_or(false) {
+            Some(shared.host_ip.clone())
+        } else {
+            observed.ready_sandbox().and_then(|s| s.ip.clone())
+        };
+        let mut wanted = HashSet::new();
+        let terminating = pod.metadata.deletion_timestamp.is_some();
+        for container in &spec.containers {
+            let Some(instance) = observed.latest(&container.name).filter(|i| i.running()) else {
+                continue;
+            };
+            if terminating {
+                continue;
+            }
+            for kind in [Kind::Startup, Kind::Liveness, Kind::Readiness] {
+                let Some(probe) = kind.of(container) else {
+                    continue;
+                };
+                let key = (instance.id.clone(), kind);
+                wanted.insert(key.clone());
+                if self.tasks.contains_key(&key) {
+                    continue;
+                }
+                let token = CancellationToken::new();
+                self.tasks.insert(key, token.clone());
+                self.results.set(&instance.id, kind, kind.initial());
+                let task = Task {
+                    shared: shared.clone(),
+                    pod: Arc::new(pod.clone()),
+                    container: container.clone(),
+                    container_id: instance.id.clone(),
+                    kind,
+                    probe: probe.clone(),
+                    pod_ip: pod_ip.clone(),
+                    started_at: instance.started_at.unwrap_or_else(SystemTime::now),
+                    results: self.results.clone(),
+                    kick: kick.clone(),
+                };
+                tokio::spawn(task.run(token));
+            }
+        }
+        self.tasks.retain(|key, token| {
+            let keep = wanted.contains(key);
+            if !keep {
+                token.cancel();
+            }
+            keep
+        });
+        let ids: HashSet<String> = wanted.into_iter().map(|(id, _)| id).collect();
+        self.results.retain(&ids);
+    }
+}
+
+struct Task {
+    shared: Arc<Shared>,
+    pod: Arc<Pod>,
+    container: Container,
+    container_id: String,
+    kind: Kind,
+    probe: Probe,
+    pod_ip: Option<String>,
+    started_at: SystemTime,
+    results: Arc<Results>,
+    kick: Arc<Notify>,
+}
+
+fn seconds(value: Option<i32>, default: i32) -> Duration {
+    Duration::from_secs(value.unwrap_or(default).max(0) as u64)
+}
+
+impl Task {
+    async fn run(self, stop: CancellationToken) {
+        let clock = self.shared.clock.clone();
+        let period = seconds(self.probe.period_seconds, 10).max(Duration::from_secs(1));
+        let delay = seconds(self.probe.initial_delay_seconds, 0);
+        let first = self.started_at + delay;
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = clock.sleep_until(first) => {}
+        }
+        let success_threshold = self.probe.success_threshold.unwrap_or(1).max(1);
+        let failure_threshold = self.probe.failure_threshold.unwrap_or(3).max(1);
+        let (mut successes, mut failures) = (0, 0);
+        loop {
+            let waiting_for_startup = self.kind != Kind::Startup
+                && self.container.startup_probe.is_some()
+                && self.results.get(&self.container_id, Kind::Startup) != Some(true);
+            let startup_done = self.kind == Kind::Startup
+                && self.results.get(&self.container_id, Kind::Startup) == Some(true);
+            if startup_done {
+                return;
+            }
+            if !waiting_for_startup {
+                match self.probe_once().await {
+                    Outcome::Success => {
+                        failures = 0;
+                        successes += 1;
+                        if successes >= success_threshold
+                            && self.results.set(&self.container_id, self.kind, true)
+                        {
+                            self.kick.notify_one();
+                        }
+                    }
+                    Outcome::Failure(output) => {
+                        successes = 0;
+                        failures += 1;
+                        self.shared.recorder.event(
+                            &reference_to(self.pod.as_ref()),
+                            EventType::Warning,
+                            "Unhealthy",
+                            "ProbeWarning",
+                            &format!("{} probe failed: {output}", self.kind.name()),
+                        );
+                        if failures >= failure_threshold
+                            && self.results.set(&self.container_id, self.kind, false)
+                        {
+                            self.kick.notify_one();
+                        }
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = clock.sleep(period) => {}
+            }
+        }
+    }
+
+    async fn probe_once(&self) -> Outcome {
+        let timeout = seconds(self.probe.timeout_seconds, 1).max(Duration::from_secs(1));
+        if let Some(exec) = &self.probe.exec {
+            let command = exec.command.clone().unwrap_or_default();
+            return match self
+                .shared
+                .runtime
+                .exec_sync(&self.container_id, command, timeout.as_secs() as i64)
+                .await
+            {
+                Ok(result) if result.exit_code == 0 => Outcome::Success,
+                Ok(result) => Outcome::Failure(
+                    String::from_utf8_lossy(&[result.stdout, result.stderr].concat())
+                        .trim()
+                        .to_string(),
+                ),
+                Err(error) => Outcome::Failure(error.to_string()),
+            };
+        }
+        let port_of = |port: &IntOrString| match port {
+            IntOrString::Int(n) => Some(*n as u16),
+            IntOrString::String(name) => self
+                .container
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .map(|p| p.container_port as u16),
+        };
+        if let Some(http) = &self.probe.http_get {
+            let host = http
+                .host
+                .clone()
+                .or_else(|| self.pod_ip.clone())
+                .unwrap_or_default();
+            let Some(port) = port_of(&http.port) else {
+                return Outcome::Failure(format!("no port {:?} in the container", http.port));
+            };
+            return match tokio::time::timeout(timeout, http_get(&host, port, http)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Outcome::Failure(format!(
+                    "Get \"http://{host}:{port}{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+                    http.path.as_deref().unwrap_or("/")
+                )),
+            };
+        }
+        let tcp_port = self
+            .probe
+            .tcp_socket
+            .as_ref()
+            .map(|t| (t.host.clone(), port_of(&t.port)))
+            .or_else(|| {
+                self.probe
+                    .grpc
+                    .as_ref()
+                    .map(|g| (None, Some(g.port as u16)))
+            });
+        if let Some((host, port)) = tcp_port {
+            let host = host.or_else(|| self.pod_ip.clone()).unwrap_or_default();
+            let Some(port) = port else {
+                return Outcome::Failure("no such port in the container".into());
+            };
+            return match tokio::time::timeout(
+                timeout,
+                tokio::net::TcpStream::connect((host.as_str(), port)),
+            )
+            .await
+            {
+                Ok(Ok(_)) => Outcome::Success,
+                Ok(Err(error)) => Outcome::Failure(format!("dial tcp {host}:{port}: {error}")),
+                Err(_) => Outcome::Failure(format!("dial tcp {host}:{port}: i/o timeout")),
+            };
+        }
+        Outcome::Success
+    }
+}
+
+/// An HTTP GET as upstream's prober makes it: success for 200–399. HTTPS
+/// is probed as a TCP connect for now.
+async fn http_get(host: &str, port: u16, action: &HTTPGetAction) -> Outcome {
+    let path = action.path.clone().unwrap_or_else(|| "/".into());
+    let url = format!("http://{host}:{port}{path}");
+    let mut stream = match tokio::net::TcpStream::connect((host, port)).await {
+        Ok(stream) => stream,
+        Err(error) => {
+            return Outcome::Failure(format!("Get \"{url}\": dial tcp {host}:{port}: {error}"));
+        }
+    };
+    if action.scheme.as_deref() == Some("HTTPS") {
+        return Outcome::Success;
+    }
+    let mut request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\nConnection: close\r\n"
+    );
+    for header in action.http_headers.iter().flatten() {
+        request.push_str(&format!("{}: {}\r\n", header.name, header.value));
+    }
+    request.push_str("\r\n");
+    if let Err(error) = stream.write_all(request.as_bytes()).await {
+        return Outcome::Failure(format!("Get \"{url}\": {error}"));
+    }
+    let mut head = vec![0u8; 1024];
+    let read = match stream.read(&mut head).await {
+        Ok(n) => n,
+        Err(error) => return Outcome::Failure(format!("Get \"{url}\": {error}")),
+    };
+    let text = String::from_utf8_lossy(&head[..read]);
+    let code: Option<u16> = text.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    match code {
+        Some(code) if (200..400).contains(&code) => Outcome::Success,
+        Some(code) => Outcome::Failure(format!("HTTP probe failed with statuscode: {code}")),
+        None => Outcome::Failure(format!("Get \"{url}\": malformed HTTP response")),
+    }
+}
