@@ -165,11 +165,17 @@ async fn run_with(
         max_pods: options.max_pods,
         reserved_cpu_millis: options.reserved_cpu_millis,
         reserved_memory_bytes: options.reserved_memory_bytes,
-        eviction_memory_bytes: 100 << 20,
+        eviction_memory_bytes: config_eviction_memory(),
         kubelet_port: 10250,
         kubelet_version: "v1.33.0".into(),
     });
     let machine = Machine::detect(&options.data_dir);
+    let allocatable_cpu_millis =
+        (i128::from(machine.cpus) * 1000 - i128::from(options.reserved_cpu_millis)).max(0);
+    let allocatable_memory = (i128::from(machine.memory_bytes)
+        - i128::from(options.reserved_memory_bytes)
+        - i128::from(config_eviction_memory()))
+    .max(0);
     let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
     let not_ready = Readiness::NotReady(
         "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized".into(),
@@ -208,11 +214,19 @@ async fn run_with(
         log_root: options.agent_dir().join("pods"),
         host_ip: node_ip.to_string(),
         runtime_name: version.runtime_name,
+        allocatable_cpu_millis,
+        allocatable_memory,
     });
     let informers = Informers::new(client, stop.child_token());
     pods::run(shared, &informers, &options.node_name, stop.clone()).await;
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Upstream's default hard eviction threshold for memory, held back from
+/// allocatable.
+fn config_eviction_memory() -> u64 {
+    100 << 20
 }
 
 /// Sets up the pod network for `pod_cidr`: the conflist, forwarding and

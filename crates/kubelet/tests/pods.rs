@@ -44,6 +44,8 @@ impl Node {
             log_root: "/nonexistent/pods".into(),
             host_ip: "192.0.2.10".into(),
             runtime_name: "fake".into(),
+            allocatable_cpu_millis: 2000,
+            allocatable_memory: 4 << 30,
         });
         let stop = CancellationToken::new();
         let (s, c) = (stop.clone(), client);

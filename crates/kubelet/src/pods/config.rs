@@ -113,20 +113,6 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_root: &Path) -> cri::PodSandb
     }
 }
 
-/// Plain `value` env vars (the other sources come later), in order.
-fn env(container: &Container) -> Vec<cri::KeyValue> {
-    container
-        .env
-        .iter()
-        .flatten()
-        .filter(|e| e.value_from.is_none())
-        .map(|e| cri::KeyValue {
-            key: e.name.clone(),
-            value: e.value.clone().unwrap_or_default(),
-        })
-        .collect()
-}
-
 /// Upstream's `$(VAR)` expansion of command and args: `$(NAME)` is the
 /// value of NAME when defined, `$$` is `$`, anything else stays as it is.
 pub fn expand(text: &str, env: &[cri::KeyValue]) -> String {
@@ -203,8 +189,9 @@ pub fn container_config(
     container: &Container,
     attempt: u32,
     init: bool,
+    env: Vec<cri::KeyValue>,
+    mounts: Vec<cri::Mount>,
 ) -> cri::ContainerConfig {
-    let env = env(container);
     let mut labels = pod_labels(pod);
     labels.insert(CONTAINER_NAME_LABEL.into(), container.name.clone());
     let mut annotations: HashMap<String, String> = HashMap::new();
@@ -251,6 +238,7 @@ pub fn container_config(
             .collect(),
         working_dir: container.working_dir.clone().unwrap_or_default(),
         envs: env,
+        mounts,
         labels,
         annotations,
         log_path: format!("{}/{attempt}.log", container.name),
@@ -307,7 +295,8 @@ mod tests {
         }))
         .expect("pod");
         let container = &pod.spec.as_ref().expect("spec").containers[0];
-        let config = container_config(&pod, container, 2, false);
+        let env = vec![kv("PORT", "8080")];
+        let config = container_config(&pod, container, 2, false, env, Vec::new());
         assert_eq!(config.command, ["httpd"]);
         assert_eq!(config.args, ["-p", "8080"]);
         assert_eq!(config.labels[POD_UID_LABEL], "u1");

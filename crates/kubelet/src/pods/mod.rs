@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod config;
+pub mod env;
 pub mod observed;
 pub mod plan;
 pub mod probe;

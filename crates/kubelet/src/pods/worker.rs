@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::Backoff;
 use super::config::{container_config, sandbox_config};
+use super::env;
 use super::observed::{Observed, observe};
 use super::plan::{Plan, Start, plan};
 use super::probe::{self, Prober};
@@ -41,6 +42,9 @@ pub struct Shared {
     pub log_root: std::path::PathBuf,
     pub host_ip: String,
     pub runtime_name: String,
+    /// The node's allocatable CPU (millicores) and memory (bytes).
+    pub allocatable_cpu_millis: i128,
+    pub allocatable_memory: i128,
 }
 
 impl std::fmt::Debug for Shared {
@@ -277,6 +281,7 @@ async fn start(
     pod: &Pod,
     sandbox_id: &str,
     sandbox: &crate::cri::PodSandboxConfig,
+    pod_ip: &str,
     what: &Start,
 ) -> Result<(), (String, String)> {
     let spec = pod.spec.clone().unwrap_or_default();
@@ -298,22 +303,36 @@ async fn start(
     });
     ensure_image(shared, pod, &image, &policy, sandbox).await?;
     let reference = reference_to(pod);
-    let config = container_config(pod, container, what.attempt, what.init);
+    // A failed step: a Failed event and the reason the container waits.
+    let failed = |reason: &str, action: &str, message: String| {
+        shared.recorder.event(
+            &reference,
+            EventType::Warning,
+            "Failed",
+            action,
+            &format!("Error: {message}"),
+        );
+        (reason.to_string(), message)
+    };
+    let config_error =
+        |message: String| failed("CreateContainerConfigError", "CreateContainer", message);
+    let (config_maps, secrets) = env::referenced(container);
+    let sources = env::Sources::fetch(&shared.client, pod, config_maps, secrets)
+        .await
+        .map_err(|e| config_error(e.to_string()))?;
+    let context = env::Context {
+        pod_ip: pod_ip.to_string(),
+        host_ip: shared.host_ip.clone(),
+        allocatable_cpu_millis: shared.allocatable_cpu_millis,
+        allocatable_memory: shared.allocatable_memory,
+    };
+    let envs = env::build(pod, container, &sources, &context).map_err(config_error)?;
+    let config = container_config(pod, container, what.attempt, what.init, envs, Vec::new());
     let id = shared
         .runtime
         .create_container(sandbox_id, config, sandbox.clone())
         .await
-        .map_err(|e| {
-            let message = e.to_string();
-            shared.recorder.event(
-                &reference,
-                EventType::Warning,
-                "Failed",
-                "CreateContainer",
-                &format!("Error: {message}"),
-            );
-            ("CreateContainerError".to_string(), message)
-        })?;
+        .map_err(|e| failed("CreateContainerError", "CreateContainer", e.to_string()))?;
     shared.recorder.event(
         &reference,
         EventType::Normal,
@@ -321,17 +340,11 @@ async fn start(
         "Created",
         &format!("Created container: {}", container.name),
     );
-    shared.runtime.start_container(&id).await.map_err(|e| {
-        let message = e.to_string();
-        shared.recorder.event(
-            &reference,
-            EventType::Warning,
-            "Failed",
-            "StartContainer",
-            &format!("Error: {message}"),
-        );
-        ("RunContainerError".to_string(), message)
-    })?;
+    shared
+        .runtime
+        .start_container(&id)
+        .await
+        .map_err(|e| failed("RunContainerError", "StartContainer", e.to_string()))?;
     shared.recorder.event(
         &reference,
         EventType::Normal,
@@ -347,6 +360,28 @@ fn is_terminal(pod: &Pod) -> bool {
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
+}
+
+/// The pod's IP in sandbox `sandbox_id` (the node's for `hostNetwork`).
+async fn pod_ip(
+    shared: &Shared,
+    pod: &Pod,
+    observed: &Observed,
+    sandbox_id: &str,
+) -> Result<String, SyncError> {
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+    {
+        return Ok(shared.host_ip.clone());
+    }
+    if let Some(s) = observed.ready_sandbox().filter(|s| s.id == sandbox_id) {
+        return Ok(s.ip.clone().unwrap_or_default());
+    }
+    let status = shared.runtime.pod_sandbox_status(sandbox_id).await?;
+    Ok(status.network.map(|n| n.ip).unwrap_or_default())
 }
 
 /// One sync of the pod; returns how long until the next one at the latest.
@@ -414,11 +449,12 @@ async fn sync(
             }
         }
     }
-    if let Some(sandbox_id) = &sandbox_id {
+    if let Some(sandbox_id) = sandbox_id.as_ref().filter(|_| !plan.start.is_empty()) {
+        let pod_ip = pod_ip(shared, pod, &observed, sandbox_id).await?;
         let starts = plan
             .start
             .iter()
-            .map(|s| start(shared, pod, sandbox_id, &sandbox, s));
+            .map(|s| start(shared, pod, sandbox_id, &sandbox, &pod_ip, s));
         for (what, result) in plan.start.iter().zip(join_all(starts).await) {
             if let Err((reason, message)) = result {
                 memory.waiting.insert(what.name.clone(), (reason, message));
