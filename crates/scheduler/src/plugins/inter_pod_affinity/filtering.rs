@@ -24,8 +24,16 @@ impl Counts {
         let Some(value) = node.labels().get(key) else {
             return;
         };
-        let values = self.0.entry(key.to_string()).or_default();
-        let count = values.entry(value.clone()).or_default();
+        // Looked up before inserting: a cycle counts thousands of pods
+        // into a few domains, and allocates a key only for a new one.
+        let values = match self.0.get_mut(key) {
+            Some(values) => values,
+            None => self.0.entry(key.to_string()).or_default(),
+        };
+        let count = match values.get_mut(value) {
+            Some(count) => count,
+            None => values.entry(value.clone()).or_default(),
+        };
         *count += delta;
         if *count == 0 {
             values.remove(value);

@@ -103,8 +103,14 @@ impl PreFilter for PodTopologySpread {
                     continue;
                 }
                 let value = &node.labels()[&c.topology_key];
-                *counts[i].entry(value.clone()).or_default() +=
-                    c.count(&node.pods, pod.namespace());
+                let found = c.count(&node.pods, pod.namespace());
+                // A key allocated only for a new domain (a few), not per node.
+                match counts[i].get_mut(value) {
+                    Some(count) => *count += found,
+                    None => {
+                        counts[i].insert(value.clone(), found);
+                    }
+                }
             }
         }
         let paths = counts
