@@ -211,7 +211,9 @@ async fn run_with(
         recorder,
         clock,
         backoff: Mutex::default(),
-        log_root: options.agent_dir().join("pods"),
+        log_root: options.agent_dir().join("logs"),
+        pods_dir: options.agent_dir().join("pods"),
+        memory_volumes: true,
         host_ip: node_ip.to_string(),
         runtime_name: version.runtime_name,
         allocatable_cpu_millis,
@@ -351,20 +353,6 @@ pub async fn killall(options: &Options) -> Result<(), Error> {
         .stderr(std::process::Stdio::null())
         .status()
         .await;
-    // Mounts under the agent's directory, deepest first.
-    let agent = options.agent_dir();
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let mut under: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .filter(|m| std::path::Path::new(m).starts_with(&agent))
-        .collect();
-    under.sort_by_key(|m| std::cmp::Reverse(m.len()));
-    for mount in under {
-        let _ = tokio::process::Command::new("umount")
-            .arg(mount)
-            .status()
-            .await;
-    }
+    crate::pods::volumes::unmount_under(&options.agent_dir()).await;
     Ok(())
 }

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use rudder_harness::{ControlPlane, Identity, eventually};
 use rudder_kubelet::cri::Runtime;
@@ -41,12 +41,24 @@ impl Node {
             recorder: Recorder::new(client.clone(), "kubelet", NODE, clock.clone()),
             clock,
             backoff: Mutex::default(),
-            log_root: "/nonexistent/pods".into(),
+            log_root: "/nonexistent/logs".into(),
+            pods_dir: plane.data_dir().join("pods"),
+            memory_volumes: false,
             host_ip: "192.0.2.10".into(),
             runtime_name: "fake".into(),
             allocatable_cpu_millis: 2000,
             allocatable_memory: 4 << 30,
         });
+        // What the root CA publisher makes in every namespace, for the
+        // kube-api-access volume admission adds to every pod.
+        let root_ca: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": "CA"}
+        }))
+        .expect("config map");
+        Api::<ConfigMap>::namespaced(plane.admin(), "default")
+            .create(&PostParams::default(), &root_ca)
+            .await
+            .expect("kube-root-ca.crt");
         let stop = CancellationToken::new();
         let (s, c) = (stop.clone(), client);
         let task = tokio::spawn(async move {

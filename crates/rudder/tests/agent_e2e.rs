@@ -168,13 +168,18 @@ impl Drop for Cluster {
     }
 }
 
-/// GET / from `ip:port` over plain TCP; the body.
+/// GET /index.html from `ip:port`; the body.
 fn http_get(ip: &str, port: u16) -> Option<String> {
+    http_get_path(ip, port, "/index.html")
+}
+
+/// GET `path` from `ip:port` over plain TCP; the body of a 200.
+fn http_get_path(ip: &str, port: u16, path: &str) -> Option<String> {
     let address: SocketAddr = format!("{ip}:{port}").parse().ok()?;
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     stream
-        .write_all(b"GET /index.html HTTP/1.0\r\nHost: pod\r\n\r\n")
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: pod\r\n\r\n").as_bytes())
         .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
@@ -462,6 +467,71 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
     assert!(
         events.contains("failed liveness probe, will be restarted"),
         "{events}"
+    );
+
+    // A ConfigMap and a Secret as environment and as files, an emptyDir
+    // shared by two containers; the ConfigMap's file changes in place.
+    let manifest = r#"{"apiVersion": "v1", "kind": "List", "items": [
+      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"greeting": "hello"}},
+      {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sec"}, "stringData": {"password": "hunter2"}},
+      {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "volumes"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "volumes": [{"name": "shared", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "cfg"}},
+                    {"name": "sec", "secret": {"secretName": "sec", "defaultMode": 256}}],
+        "containers": [
+          {"name": "writer", "image": "rudder.local/busybox:1",
+           "command": ["sh", "-c", "echo $GREETING $PASSWORD > /shared/out; cat /cfg/greeting /sec/password >> /shared/out; exec sleep 100000"],
+           "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
+                   {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}}],
+           "volumeMounts": [{"name": "shared", "mountPath": "/shared"}, {"name": "cfg", "mountPath": "/cfg"},
+                            {"name": "sec", "mountPath": "/sec", "readOnly": true}]},
+          {"name": "reader", "image": "rudder.local/busybox:1",
+           "command": ["httpd", "-f", "-p", "8080", "-h", "/www"],
+           "volumeMounts": [{"name": "shared", "mountPath": "/www/shared"}, {"name": "cfg", "mountPath": "/www/cfg"}]}]}}]}"#;
+    let (ok, out) = k.run(&["apply", "-f", "-"], Some(manifest));
+    assert!(ok, "{out}");
+    let ip = wait_for("volumes Running", Duration::from_secs(60), &cluster, || {
+        let (ok, out) = k.run(
+            &[
+                "get",
+                "pod",
+                "volumes",
+                "-o",
+                "jsonpath={.status.phase} {.status.podIP}",
+            ],
+            None,
+        );
+        let (phase, ip) = out.trim().split_once(' ')?;
+        (ok && phase == "Running").then(|| ip.to_string())
+    });
+    let get = |path: &str| http_get_path(&ip, 8080, path);
+    let shared = wait_for(
+        "the writer's file through the emptyDir",
+        Duration::from_secs(20),
+        &cluster,
+        || get("/shared/out").filter(|b| b.contains("hunter2")),
+    );
+    assert_eq!(
+        shared, "hello hunter2\nhellohunter2",
+        "env and files from the ConfigMap and Secret"
+    );
+    assert_eq!(get("/cfg/greeting").as_deref(), Some("hello"));
+    let (ok, out) = k.run(
+        &[
+            "patch",
+            "configmap",
+            "cfg",
+            "-p",
+            r#"{"data": {"greeting": "bonjour"}}"#,
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    wait_for(
+        "the ConfigMap's file updated in place",
+        Duration::from_secs(60),
+        &cluster,
+        || (get("/cfg/greeting")? == "bonjour").then_some(()),
     );
 
     // Everything the cluster made goes with it.

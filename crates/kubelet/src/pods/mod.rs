@@ -11,6 +11,7 @@ pub mod observed;
 pub mod plan;
 pub mod probe;
 pub mod status;
+pub mod volumes;
 pub mod worker;
 
 use std::collections::{BTreeMap, HashMap};

@@ -24,6 +24,7 @@ use super::observed::{Observed, observe};
 use super::plan::{Plan, Start, plan};
 use super::probe::{self, Prober};
 use super::status::{Extra, generate};
+use super::volumes;
 use crate::cri::Runtime;
 use crate::node::FIELD_MANAGER;
 
@@ -39,7 +40,13 @@ pub struct Shared {
     pub recorder: Recorder,
     pub clock: Arc<dyn Timer>,
     pub backoff: Mutex<Backoff>,
+    /// Where containers' logs go: `<log_root>/<namespace>_<name>_<uid>/`.
     pub log_root: std::path::PathBuf,
+    /// Where pods' volumes live: `<pods_dir>/<uid>/volumes/`.
+    pub pods_dir: std::path::PathBuf,
+    /// Whether Secret, projected and `medium: Memory` volumes are tmpfs
+    /// mounts (needs root; tests without root keep them on disk).
+    pub memory_volumes: bool,
     pub host_ip: String,
     pub runtime_name: String,
     /// The node's allocatable CPU (millicores) and memory (bytes).
@@ -72,7 +79,15 @@ struct Memory {
     start_time: Option<SystemTime>,
     deleted: bool,
     prober: Prober,
+    /// The pod's volumes' host paths, and when they were last set up.
+    volumes: Option<(
+        std::collections::BTreeMap<String, std::path::PathBuf>,
+        SystemTime,
+    )>,
 }
+
+/// How often ConfigMap, Secret and downward API volumes are refreshed.
+const VOLUME_REFRESH: Duration = Duration::from_secs(20);
 
 /// Runs the worker of the pod with `uid` until the pod is gone and its
 /// containers removed, or `stop`.
@@ -198,6 +213,7 @@ async fn remove_all(shared: &Shared, uid: &str) -> Result<(), crate::cri::Error>
             .await
             .or_else(ignore_missing)?;
     }
+    volumes::teardown(&shared.pods_dir, uid).await;
     Ok(())
 }
 
@@ -282,6 +298,7 @@ async fn start(
     sandbox_id: &str,
     sandbox: &crate::cri::PodSandboxConfig,
     pod_ip: &str,
+    volume_paths: &std::collections::BTreeMap<String, std::path::PathBuf>,
     what: &Start,
 ) -> Result<(), (String, String)> {
     let spec = pod.spec.clone().unwrap_or_default();
@@ -327,7 +344,8 @@ async fn start(
         allocatable_memory: shared.allocatable_memory,
     };
     let envs = env::build(pod, container, &sources, &context).map_err(config_error)?;
-    let config = container_config(pod, container, what.attempt, what.init, envs, Vec::new());
+    let mounts = volumes::mounts(container, volume_paths).map_err(config_error)?;
+    let config = container_config(pod, container, what.attempt, what.init, envs, mounts);
     let id = shared
         .runtime
         .create_container(sandbox_id, config, sandbox.clone())
@@ -426,6 +444,52 @@ async fn sync(
             .await
             .or_else(ignore_missing)?;
     }
+    // Volumes before anything starts, and refreshed now and then so that
+    // ConfigMaps and Secrets change in place.
+    let starting = plan.create_sandbox.is_some() || !plan.start.is_empty();
+    let refresh = memory
+        .volumes
+        .as_ref()
+        .is_none_or(|(_, at)| now.duration_since(*at).unwrap_or_default() >= VOLUME_REFRESH);
+    let mut plan = plan;
+    if (starting || (refresh && observed.any_running()))
+        && pod.metadata.deletion_timestamp.is_none()
+    {
+        let context = env::Context {
+            pod_ip: observed
+                .ready_sandbox()
+                .and_then(|s| s.ip.clone())
+                .unwrap_or_default(),
+            host_ip: shared.host_ip.clone(),
+            allocatable_cpu_millis: shared.allocatable_cpu_millis,
+            allocatable_memory: shared.allocatable_memory,
+        };
+        let root = volumes::Root {
+            dir: &shared.pods_dir,
+            tmpfs: shared.memory_volumes,
+        };
+        match volumes::setup(&shared.client, root, pod, &context).await {
+            Ok(paths) => memory.volumes = Some((paths, now)),
+            Err(message) => {
+                shared.recorder.event(
+                    &reference_to(pod),
+                    EventType::Warning,
+                    "FailedMount",
+                    "FailedMount",
+                    &format!("MountVolume.SetUp failed: {message}"),
+                );
+                // Nothing starts without its volumes.
+                plan.create_sandbox = None;
+                plan.start.clear();
+                wait = RETRY.max(Duration::from_secs(5));
+            }
+        }
+    }
+    let volume_paths = memory
+        .volumes
+        .as_ref()
+        .map(|(p, _)| p.clone())
+        .unwrap_or_default();
     let mut sandbox_id = observed.ready_sandbox().map(|s| s.id.clone());
     let attempt = plan
         .create_sandbox
@@ -454,7 +518,7 @@ async fn sync(
         let starts = plan
             .start
             .iter()
-            .map(|s| start(shared, pod, sandbox_id, &sandbox, &pod_ip, s));
+            .map(|s| start(shared, pod, sandbox_id, &sandbox, &pod_ip, &volume_paths, s));
         for (what, result) in plan.start.iter().zip(join_all(starts).await) {
             if let Err((reason, message)) = result {
                 memory.waiting.insert(what.name.clone(), (reason, message));
