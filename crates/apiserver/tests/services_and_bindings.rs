@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use rudder_apiserver::storage::services::Repair;
 use rudder_apiserver::{Identity, Server, ServerOptions};
 use serde_json::json;
@@ -129,6 +129,14 @@ async fn the_legacy_bindings_resource_binds_the_pod() {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("create");
+    // Unschedulable once, and a readiness gate's condition besides.
+    let conditions = json!({"status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"},
+        {"type": "example.com/gate", "status": "False"},
+    ]}});
+    pods.patch_status("p", &PatchParams::default(), &Patch::Merge(&conditions))
+        .await
+        .expect("status");
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}});
     let request = http::Request::post("/api/v1/namespaces/default/bindings")
         .header("content-type", "application/json")
@@ -138,6 +146,21 @@ async fn the_legacy_bindings_resource_binds_the_pod() {
     assert!(answer.contains("\"Success\""), "{answer}");
     let bound = pods.get("p").await.expect("get");
     assert_eq!(bound.spec.and_then(|s| s.node_name).as_deref(), Some("n1"));
+    // PodScheduled is True; the other condition is kept.
+    let conditions: Vec<(String, String)> = bound
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.type_, c.status))
+        .collect();
+    assert_eq!(
+        conditions,
+        [
+            ("PodScheduled".to_string(), "True".to_string()),
+            ("example.com/gate".to_string(), "False".to_string())
+        ]
+    );
     // A second binding is refused as pods/binding refuses it.
     let request = http::Request::post("/api/v1/namespaces/default/bindings")
         .header("content-type", "application/json")

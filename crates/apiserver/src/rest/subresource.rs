@@ -301,12 +301,27 @@ async fn bind_pod(ctx: &Context, pod: &str, binding: &Value) -> ApiResult {
                 Some(c) if c["status"] == "True" => c["lastTransitionTime"].clone(),
                 _ => json!(now),
             };
-            new["status"]["conditions"] = json!([{
+            // Only PodScheduled changes; other conditions (readiness gates,
+            // a disruption target) stay, as upstream's UpdatePodCondition.
+            let scheduled = json!({
                 "type": "PodScheduled",
                 "status": "True",
                 "lastProbeTime": null,
                 "lastTransitionTime": transition,
-            }]);
+            });
+            let mut conditions: Vec<Value> = old
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|c| c["type"] != "PodScheduled")
+                .cloned()
+                .collect();
+            conditions.insert(0, scheduled);
+            if !new.get("status").is_some_and(Value::is_object) {
+                new["status"] = json!({});
+            }
+            new["status"]["conditions"] = Value::Array(conditions);
             Ok(new)
         })
         .await?;
