@@ -36,8 +36,26 @@ pub fn on_create(def: &ResourceDef, object: &mut Value) {
     (def.strategy.on_create)(object);
 }
 
+/// A Namespace's phase, and its name as the `kubernetes.io/metadata.name`
+/// label, always (upstream's `SetDefaults_Namespace`: selectors such as a
+/// NetworkPolicy's or an affinity term's `namespaceSelector` rely on it).
 pub(crate) fn namespace(object: &mut Value) {
     set_default(object, "/status/phase", json!("Active"));
+    let Some(name) = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+    else {
+        return;
+    };
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        let labels = metadata.entry("labels").or_insert_with(|| json!({}));
+        if !labels.is_object() {
+            *labels = json!({});
+        }
+        labels["kubernetes.io/metadata.name"] = Value::String(name);
+    }
 }
 
 /// A new Namespace always gets the `kubernetes` finalizer, which the
@@ -526,6 +544,21 @@ pub(crate) fn service(object: &mut Value) {
 mod tests {
     use super::*;
     use crate::Registry;
+
+    #[test]
+    fn a_namespace_is_labelled_with_its_name_whatever_it_said() {
+        let mut ns = json!({"metadata": {"name": "web", "labels": {"kubernetes.io/metadata.name": "other", "team": "a"}}});
+        namespace(&mut ns);
+        assert_eq!(
+            ns["metadata"]["labels"],
+            json!({"kubernetes.io/metadata.name": "web", "team": "a"})
+        );
+        assert_eq!(ns["status"]["phase"], "Active");
+        // No name yet (generateName): nothing to label.
+        let mut unnamed = json!({"metadata": {"generateName": "web-"}});
+        namespace(&mut unnamed);
+        assert!(unnamed["metadata"].get("labels").is_none());
+    }
 
     #[test]
     fn a_pods_qos_class_follows_its_requests_and_limits() {
