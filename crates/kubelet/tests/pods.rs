@@ -357,3 +357,61 @@ async fn readiness_follows_the_readiness_probe_and_a_failed_liveness_probe_resta
     );
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_pod_past_its_active_deadline_is_failed_deadline_exceeded() {
+    let node = Node::start().await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "deadline"},
+        "spec": {"nodeName": NODE, "activeDeadlineSeconds": 1,
+                 "containers": [{"name": "app", "image": IMAGE}]}
+    }))
+    .expect("pod");
+    node.pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
+    let pod = node.status_of("deadline", |p| phase(p) == "Failed").await;
+    let status = pod.status.expect("status");
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    assert!(
+        node.runtime.running("app").is_empty(),
+        "its containers are stopped"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn hooks_run_after_start_and_before_stop() {
+    let node = Node::start().await;
+    node.create(
+        "hooked",
+        "Always",
+        json!([{"name": "app", "image": IMAGE, "lifecycle": {
+            "postStart": {"exec": {"command": ["post-start"]}},
+            "preStop": {"exec": {"command": ["pre-stop"]}}}}]),
+    )
+    .await;
+    node.status_of("hooked", |p| phase(p) == "Running").await;
+    let id = node.runtime.running("app").remove(0).id;
+    node.pods()
+        .delete("hooked", &DeleteParams::default())
+        .await
+        .expect("delete");
+    node.wait_no_sandboxes("the pod removed").await;
+    let calls = node.runtime.calls();
+    let at = |call: &str| calls.iter().position(|c| c == call);
+    let started = at(&format!("StartContainer {id}")).expect("started");
+    let post = at(&format!("ExecSync {id} post-start")).expect("postStart ran");
+    let pre = at(&format!("ExecSync {id} pre-stop")).expect("preStop ran");
+    let stopped = calls
+        .iter()
+        .position(|c| c.starts_with(&format!("StopContainer {id} ")))
+        .expect("stopped");
+    assert!(started < post && post < pre && pre < stopped, "{calls:?}");
+    node.stop().await;
+}

@@ -183,6 +183,38 @@ fn resources(container: &Container) -> cri::LinuxContainerResources {
     }
 }
 
+/// The container's security context: its own settings over the pod's
+/// (`runAsUser`, `runAsGroup`), the pod's supplemental groups and
+/// `fsGroup`, capabilities, `privileged`, `readOnlyRootFilesystem`,
+/// `allowPrivilegeEscalation: false` as no_new_privs.
+pub fn security_context(pod: &Pod, container: &Container) -> cri::LinuxContainerSecurityContext {
+    let pod_context = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.clone())
+        .unwrap_or_default();
+    let own = container.security_context.clone().unwrap_or_default();
+    let user = own.run_as_user.or(pod_context.run_as_user);
+    let group = own.run_as_group.or(pod_context.run_as_group);
+    let mut groups: Vec<i64> = pod_context.supplemental_groups.clone().unwrap_or_default();
+    groups.extend(pod_context.fs_group);
+    let capabilities = own.capabilities.map(|c| cri::Capability {
+        add_capabilities: c.add.unwrap_or_default(),
+        drop_capabilities: c.drop.unwrap_or_default(),
+        ..Default::default()
+    });
+    cri::LinuxContainerSecurityContext {
+        capabilities,
+        privileged: own.privileged.unwrap_or(false),
+        run_as_user: user.map(|value| cri::Int64Value { value }),
+        run_as_group: group.map(|value| cri::Int64Value { value }),
+        readonly_rootfs: own.read_only_root_filesystem.unwrap_or(false),
+        supplemental_groups: groups,
+        no_new_privs: own.allow_privilege_escalation == Some(false),
+        ..Default::default()
+    }
+}
+
 /// The config of `container`'s `attempt`-th instance in the pod.
 pub fn container_config(
     pod: &Pod,
@@ -249,12 +281,7 @@ pub fn container_config(
             resources: Some(resources(container)),
             security_context: Some(cri::LinuxContainerSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
-                privileged: container
-                    .security_context
-                    .as_ref()
-                    .and_then(|s| s.privileged)
-                    .unwrap_or(false),
-                ..Default::default()
+                ..security_context(pod, container)
             }),
         }),
         ..Default::default()
@@ -270,6 +297,30 @@ mod tests {
             key: k.into(),
             value: v.into(),
         }
+    }
+
+    #[test]
+    fn security_contexts_merge_the_containers_over_the_pods() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {
+                "securityContext": {"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000, "supplementalGroups": [4000]},
+                "containers": [{"name": "c", "image": "i", "securityContext": {
+                    "runAsUser": 1001, "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false,
+                    "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}}}]
+            }
+        }))
+        .expect("pod");
+        let context = security_context(&pod, &pod.spec.as_ref().expect("spec").containers[0]);
+        assert_eq!(context.run_as_user.map(|u| u.value), Some(1001));
+        assert_eq!(context.run_as_group.map(|g| g.value), Some(3000));
+        assert_eq!(context.supplemental_groups, [4000, 2000]);
+        assert!(context.readonly_rootfs && context.no_new_privs && !context.privileged);
+        let caps = context.capabilities.expect("capabilities");
+        assert_eq!(
+            (caps.add_capabilities, caps.drop_capabilities),
+            (vec!["NET_ADMIN".to_string()], vec!["ALL".to_string()])
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Container, HTTPGetAction, Pod, Probe};
+use k8s_openapi::api::core::v1::{
+    Container, ExecAction, HTTPGetAction, LifecycleHandler, Pod, Probe,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rudder_runtime::EventType;
 use rudder_runtime::events::reference_to;
@@ -264,79 +266,130 @@ impl Task {
 
     async fn probe_once(&self) -> Outcome {
         let timeout = seconds(self.probe.timeout_seconds, 1).max(Duration::from_secs(1));
-        if let Some(exec) = &self.probe.exec {
-            let command = exec.command.clone().unwrap_or_default();
-            return match self
-                .shared
-                .runtime
-                .exec_sync(&self.container_id, command, timeout.as_secs() as i64)
-                .await
-            {
-                Ok(result) if result.exit_code == 0 => Outcome::Success,
-                Ok(result) => Outcome::Failure(
-                    String::from_utf8_lossy(&[result.stdout, result.stderr].concat())
-                        .trim()
-                        .to_string(),
-                ),
-                Err(error) => Outcome::Failure(error.to_string()),
-            };
-        }
-        let port_of = |port: &IntOrString| match port {
-            IntOrString::Int(n) => Some(*n as u16),
-            IntOrString::String(name) => self
-                .container
-                .ports
-                .iter()
-                .flatten()
-                .find(|p| p.name.as_deref() == Some(name.as_str()))
-                .map(|p| p.container_port as u16),
-        };
-        if let Some(http) = &self.probe.http_get {
-            let host = http
-                .host
-                .clone()
-                .or_else(|| self.pod_ip.clone())
-                .unwrap_or_default();
-            let Some(port) = port_of(&http.port) else {
-                return Outcome::Failure(format!("no port {:?} in the container", http.port));
-            };
-            return match tokio::time::timeout(timeout, http_get(&host, port, http)).await {
-                Ok(outcome) => outcome,
-                Err(_) => Outcome::Failure(format!(
-                    "Get \"http://{host}:{port}{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
-                    http.path.as_deref().unwrap_or("/")
-                )),
-            };
-        }
-        let tcp_port = self
-            .probe
-            .tcp_socket
-            .as_ref()
-            .map(|t| (t.host.clone(), port_of(&t.port)))
-            .or_else(|| {
-                self.probe
-                    .grpc
-                    .as_ref()
-                    .map(|g| (None, Some(g.port as u16)))
-            });
-        if let Some((host, port)) = tcp_port {
-            let host = host.or_else(|| self.pod_ip.clone()).unwrap_or_default();
-            let Some(port) = port else {
-                return Outcome::Failure("no such port in the container".into());
-            };
-            return match tokio::time::timeout(
-                timeout,
-                tokio::net::TcpStream::connect((host.as_str(), port)),
-            )
-            .await
-            {
-                Ok(Ok(_)) => Outcome::Success,
-                Ok(Err(error)) => Outcome::Failure(format!("dial tcp {host}:{port}: {error}")),
-                Err(_) => Outcome::Failure(format!("dial tcp {host}:{port}: i/o timeout")),
-            };
-        }
-        Outcome::Success
+        let action = Action::of_probe(&self.probe);
+        run_action(
+            &self.shared,
+            &self.container,
+            &self.container_id,
+            self.pod_ip.as_deref(),
+            &action,
+            timeout,
+        )
+        .await
     }
+}
+
+/// What a probe or a lifecycle hook does.
+#[derive(Debug, Default)]
+pub struct Action<'a> {
+    pub exec: Option<&'a ExecAction>,
+    pub http_get: Option<&'a HTTPGetAction>,
+    /// A TCP connect: the host (default: the pod's IP) and port.
+    pub tcp: Option<(Option<String>, IntOrString)>,
+    pub sleep_seconds: Option<i64>,
+}
+
+impl<'a> Action<'a> {
+    pub fn of_probe(probe: &'a Probe) -> Self {
+        Action {
+            exec: probe.exec.as_ref(),
+            http_get: probe.http_get.as_ref(),
+            // gRPC probes: a TCP connect to their port, for now.
+            tcp: probe
+                .tcp_socket
+                .as_ref()
+                .map(|t| (t.host.clone(), t.port.clone()))
+                .or_else(|| {
+                    probe
+                        .grpc
+                        .as_ref()
+                        .map(|g| (None, IntOrString::Int(g.port)))
+                }),
+            sleep_seconds: None,
+        }
+    }
+
+    pub fn of_hook(handler: &'a LifecycleHandler) -> Self {
+        Action {
+            exec: handler.exec.as_ref(),
+            http_get: handler.http_get.as_ref(),
+            tcp: handler
+                .tcp_socket
+                .as_ref()
+                .map(|t| (t.host.clone(), t.port.clone())),
+            sleep_seconds: handler.sleep.as_ref().map(|s| s.seconds),
+        }
+    }
+}
+
+/// Runs a probe's or hook's action against a container.
+pub async fn run_action(
+    shared: &Shared,
+    container: &Container,
+    container_id: &str,
+    pod_ip: Option<&str>,
+    action: &Action<'_>,
+    timeout: Duration,
+) -> Outcome {
+    if let Some(exec) = action.exec {
+        let command = exec.command.clone().unwrap_or_default();
+        return match shared
+            .runtime
+            .exec_sync(container_id, command, timeout.as_secs() as i64)
+            .await
+        {
+            Ok(result) if result.exit_code == 0 => Outcome::Success,
+            Ok(result) => Outcome::Failure(
+                String::from_utf8_lossy(&[result.stdout, result.stderr].concat())
+                    .trim()
+                    .to_string(),
+            ),
+            Err(error) => Outcome::Failure(error.to_string()),
+        };
+    }
+    let port_of = |port: &IntOrString| match port {
+        IntOrString::Int(n) => Some(*n as u16),
+        IntOrString::String(name) => container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .map(|p| p.container_port as u16),
+    };
+    let pod_ip = pod_ip.unwrap_or_default().to_string();
+    if let Some(http) = action.http_get {
+        let host = http.host.clone().unwrap_or(pod_ip);
+        let Some(port) = port_of(&http.port) else {
+            return Outcome::Failure(format!("no port {:?} in the container", http.port));
+        };
+        return match tokio::time::timeout(timeout, http_get(&host, port, http)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Outcome::Failure(format!(
+                "Get \"http://{host}:{port}{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+                http.path.as_deref().unwrap_or("/")
+            )),
+        };
+    }
+    if let Some((host, port)) = &action.tcp {
+        let host = host.clone().unwrap_or(pod_ip);
+        let Some(port) = port_of(port) else {
+            return Outcome::Failure("no such port in the container".into());
+        };
+        return match tokio::time::timeout(
+            timeout,
+            tokio::net::TcpStream::connect((host.as_str(), port)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Outcome::Success,
+            Ok(Err(error)) => Outcome::Failure(format!("dial tcp {host}:{port}: {error}")),
+            Err(_) => Outcome::Failure(format!("dial tcp {host}:{port}: i/o timeout")),
+        };
+    }
+    if let Some(seconds) = action.sleep_seconds {
+        tokio::time::sleep(Duration::from_secs(seconds.max(0) as u64).min(timeout)).await;
+    }
+    Outcome::Success
 }
 
 /// An HTTP GET as upstream's prober makes it: success for 200–399. HTTPS

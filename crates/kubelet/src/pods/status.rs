@@ -26,6 +26,8 @@ pub struct Extra {
     /// Running containers' (started, ready) by name, from their probes;
     /// a container missing here is both once it runs.
     pub probed: HashMap<String, (bool, bool)>,
+    /// The agent failed the pod (reason, message): `DeadlineExceeded`.
+    pub failed: Option<(String, String)>,
 }
 
 fn terminated(i: &Instance, runtime: &str) -> ContainerStateTerminated {
@@ -237,7 +239,10 @@ pub fn generate(pod: &Pod, observed: &Observed, extra: &Extra, now: SystemTime) 
         .iter()
         .map(|c| container_status(c, observed, current, extra))
         .collect();
-    let phase = phase(pod, &statuses, &init_statuses, observed);
+    let phase = match &extra.failed {
+        Some(_) => "Failed",
+        None => phase(pod, &statuses, &init_statuses, observed),
+    };
     if matches!(phase, "Succeeded" | "Failed") {
         for s in &mut statuses {
             s.ready = false;
@@ -326,6 +331,16 @@ pub fn generate(pod: &Pod, observed: &Observed, extra: &Extra, now: SystemTime) 
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         qos_class: previous.and_then(|s| s.qos_class.clone()),
+        reason: extra
+            .failed
+            .as_ref()
+            .map(|(r, _)| r.clone())
+            .or_else(|| previous.and_then(|s| s.reason.clone())),
+        message: extra
+            .failed
+            .as_ref()
+            .map(|(_, m)| m.clone())
+            .or_else(|| previous.and_then(|s| s.message.clone())),
         ..previous.cloned().unwrap_or_default()
     }
 }

@@ -238,10 +238,12 @@ pub fn write_atomic(dir: &Path, files: &Files) -> Result<bool, MountError> {
         .ok()
         .map(|target| dir.join(target));
     if let Some(current) = &current {
+        // Group bits are the fsGroup's to set (`set_ownership`).
         let same = files.iter().all(|(path, (bytes, mode))| {
             let file = current.join(path);
             std::fs::read(&file).is_ok_and(|b| &b == bytes)
-                && std::fs::metadata(&file).is_ok_and(|m| m.permissions().mode() & 0o7777 == *mode)
+                && std::fs::metadata(&file)
+                    .is_ok_and(|m| m.permissions().mode() & 0o7707 == *mode & 0o7707)
         }) && count_files(current) == files.len();
         if same {
             return Ok(false);
@@ -387,6 +389,11 @@ pub async fn setup(
     context: &Context,
 ) -> Result<BTreeMap<String, PathBuf>, MountError> {
     let (tmpfs_allowed, root) = (root.tmpfs, root.dir);
+    let fs_group = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|c| c.fs_group);
     let uid = pod.uid().unwrap_or_default();
     let (config_maps, secrets) = referenced(pod);
     let sources = Sources::fetch(client, pod, config_maps, secrets)
@@ -457,9 +464,35 @@ pub async fn setup(
                 "volume {name}: this kind of volume is not supported on this node yet"
             ));
         };
+        let owned_by_pod = volume.host_path.is_none() && volume.persistent_volume_claim.is_none();
+        if let Some(group) = fs_group.filter(|_| owned_by_pod) {
+            set_ownership(&path, group as u32).map_err(io("set the fsGroup of", &path))?;
+        }
         paths.insert(name.clone(), path);
     }
     Ok(paths)
+}
+
+/// Gives a volume to the pod's `fsGroup` as upstream does: every file
+/// and directory owned by the group, group-readable and writable
+/// (group-readable only for read-only contents), directories setgid.
+fn set_ownership(dir: &Path, group: u32) -> std::io::Result<()> {
+    let metadata = std::fs::symlink_metadata(dir)?;
+    if metadata.file_type().is_symlink() {
+        return Ok(());
+    }
+    std::os::unix::fs::lchown(dir, None, Some(group))?;
+    let mode = metadata.permissions().mode() & 0o7777;
+    if metadata.is_dir() {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o2070))?;
+        for entry in std::fs::read_dir(dir)? {
+            set_ownership(&entry?.path(), group)?;
+        }
+    } else {
+        let group_bits = if mode & 0o200 != 0 { 0o060 } else { 0o040 };
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | group_bits))?;
+    }
+    Ok(())
 }
 
 /// The CRI mounts of a container's volumeMounts.

@@ -79,6 +79,10 @@ struct Memory {
     start_time: Option<SystemTime>,
     deleted: bool,
     prober: Prober,
+    /// When activeDeadlineSeconds runs out.
+    deadline: Option<SystemTime>,
+    /// Set when the agent failed the pod (DeadlineExceeded).
+    failed: Option<(String, String)>,
     /// The pod's volumes' host paths, and when they were last set up.
     volumes: Option<(
         std::collections::BTreeMap<String, std::path::PathBuf>,
@@ -158,17 +162,12 @@ fn grace_period(pod: &Pod) -> i64 {
 /// every sandbox.
 async fn kill(shared: &Shared, pod: &Pod, observed: &Observed) -> Result<(), SyncError> {
     let grace = grace_period(pod);
-    let reference = reference_to(pod);
-    let stops = observed.instances.iter().filter(|i| i.running()).map(|i| {
-        shared.recorder.event(
-            &reference,
-            EventType::Normal,
-            "Killing",
-            "Killing",
-            &format!("Stopping container {}", i.name),
-        );
-        shared.runtime.stop_container(&i.id, grace)
-    });
+    let pod_ip = observed.ready_sandbox().and_then(|s| s.ip.clone());
+    let stops = observed
+        .instances
+        .iter()
+        .filter(|i| i.running())
+        .map(|i| stop_container(shared, pod, i, pod_ip.as_deref(), grace, None));
     for result in join_all(stops).await {
         match result {
             Err(e) if !e.is_not_found() => return Err(e.into()),
@@ -182,6 +181,63 @@ async fn kill(shared: &Shared, pod: &Pod, observed: &Observed) -> Result<(), Syn
         }
     }
     Ok(())
+}
+
+/// The spec of a container of the pod (regular or init) by name.
+fn spec_of(pod: &Pod, name: &str) -> Option<k8s_openapi::api::core::v1::Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+        .cloned()
+}
+
+/// Stops one container as upstream's `killContainer` does: a Killing
+/// event (`message`, or "Stopping container"), its preStop hook within the
+/// grace period, then CRI StopContainer with what is left of it (at least
+/// 2 s).
+async fn stop_container(
+    shared: &Shared,
+    pod: &Pod,
+    instance: &super::observed::Instance,
+    pod_ip: Option<&str>,
+    grace: i64,
+    message: Option<String>,
+) -> crate::cri::Result<()> {
+    let message = message.unwrap_or_else(|| format!("Stopping container {}", instance.name));
+    shared.recorder.event(
+        &reference_to(pod),
+        EventType::Normal,
+        "Killing",
+        "Killing",
+        &message,
+    );
+    let mut left = grace;
+    let hook = spec_of(pod, &instance.name).and_then(|c| {
+        let handler = c.lifecycle.as_ref()?.pre_stop.clone()?;
+        Some((c, handler))
+    });
+    if let Some((container, handler)) = hook
+        && grace > 0
+    {
+        let started = std::time::Instant::now();
+        let action = probe::Action::of_hook(&handler);
+        let budget = Duration::from_secs(grace as u64);
+        if let probe::Outcome::Failure(output) =
+            probe::run_action(shared, &container, &instance.id, pod_ip, &action, budget).await
+        {
+            shared.recorder.event(
+                &reference_to(pod),
+                EventType::Warning,
+                "FailedPreStopHook",
+                "FailedPreStopHook",
+                &format!("PreStopHook failed: {output}"),
+            );
+        }
+        left = (grace - started.elapsed().as_secs() as i64).max(2);
+    }
+    shared.runtime.stop_container(&instance.id, left).await
 }
 
 /// Removes every container and sandbox of the pod with `uid`.
@@ -370,6 +426,34 @@ async fn start(
         "Started",
         &format!("Started container {}", container.name),
     );
+    if let Some(handler) = container
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.post_start.as_ref())
+    {
+        let action = probe::Action::of_hook(handler);
+        let outcome = probe::run_action(
+            shared,
+            container,
+            &id,
+            Some(pod_ip),
+            &action,
+            Duration::from_secs(120),
+        )
+        .await;
+        if let probe::Outcome::Failure(output) = outcome {
+            let message = format!("PostStartHook failed: {output}");
+            shared.recorder.event(
+                &reference,
+                EventType::Warning,
+                "FailedPostStartHook",
+                "FailedPostStartHook",
+                &message,
+            );
+            let _ = shared.runtime.stop_container(&id, grace_period(pod)).await;
+            return Err(("PostStartHookError".into(), message));
+        }
+    }
     Ok(())
 }
 
@@ -402,6 +486,49 @@ async fn pod_ip(
     Ok(status.network.map(|n| n.ip).unwrap_or_default())
 }
 
+/// activeDeadlineSeconds: once the pod has been active that long since
+/// its start, it is killed and failed with `DeadlineExceeded` (then this
+/// sync is over); before, the time left bounds the next sync's wait.
+async fn deadline(
+    shared: &Arc<Shared>,
+    pod: &Pod,
+    observed: &Observed,
+    memory: &mut Memory,
+    now: SystemTime,
+) -> Result<Option<Duration>, SyncError> {
+    let Some(seconds) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
+        return Ok(None);
+    };
+    if is_terminal(pod) {
+        return Ok(None);
+    }
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| SystemTime::from(t.0))
+        .or(memory.start_time)
+        .unwrap_or(now);
+    let end = started + Duration::from_secs(seconds.max(0) as u64);
+    if now < end {
+        memory.deadline = Some(end);
+        return Ok(None);
+    }
+    let message = "Pod was active on the node longer than the specified deadline";
+    shared.recorder.event(
+        &reference_to(pod),
+        EventType::Normal,
+        "DeadlineExceeded",
+        "DeadlineExceeded",
+        message,
+    );
+    kill(shared, pod, observed).await?;
+    memory.failed = Some(("DeadlineExceeded".into(), message.into()));
+    let observed = observe(shared.runtime.as_ref(), &pod.uid().unwrap_or_default()).await?;
+    report(shared, pod, &observed, memory).await?;
+    Ok(Some(RESYNC))
+}
+
 /// One sync of the pod; returns how long until the next one at the latest.
 async fn sync(
     shared: &Arc<Shared>,
@@ -413,6 +540,9 @@ async fn sync(
     let now = shared.clock.now();
     memory.start_time.get_or_insert(now);
     let observed = observe(shared.runtime.as_ref(), &uid).await?;
+    if let Some(wait) = deadline(shared, pod, &observed, memory, now).await? {
+        return Ok(wait);
+    }
     let plan: Plan = {
         let mut backoff = shared.backoff.lock().unwrap_or_else(|e| e.into_inner());
         let results = memory.prober.results.clone();
@@ -425,24 +555,24 @@ async fn sync(
         kill(shared, pod, &observed).await?;
     }
     for id in &plan.kill_containers {
-        let name = observed
-            .instances
-            .iter()
-            .find(|i| &i.id == id)
-            .map(|i| i.name.clone())
-            .unwrap_or_default();
-        shared.recorder.event(
-            &reference_to(pod),
-            EventType::Normal,
-            "Killing",
-            "Killing",
-            &format!("Container {name} failed liveness probe, will be restarted"),
+        let Some(instance) = observed.instances.iter().find(|i| &i.id == id) else {
+            continue;
+        };
+        let message = format!(
+            "Container {} failed liveness probe, will be restarted",
+            instance.name
         );
-        shared
-            .runtime
-            .stop_container(id, grace_period(pod))
-            .await
-            .or_else(ignore_missing)?;
+        let pod_ip = observed.ready_sandbox().and_then(|s| s.ip.clone());
+        stop_container(
+            shared,
+            pod,
+            instance,
+            pod_ip.as_deref(),
+            grace_period(pod),
+            Some(message),
+        )
+        .await
+        .or_else(ignore_missing)?;
     }
     // Volumes before anything starts, and refreshed now and then so that
     // ConfigMaps and Secrets change in place.
@@ -588,6 +718,9 @@ async fn sync(
             Err(e) => return Err(SyncError::Status(e)),
         }
     }
+    if let Some(end) = memory.deadline {
+        wait = wait.min(end.duration_since(now).unwrap_or_default() + Duration::from_millis(50));
+    }
     Ok(wait)
 }
 
@@ -609,6 +742,7 @@ async fn report(
         })
         .collect();
     let extra = Extra {
+        failed: memory.failed.clone(),
         probed,
         waiting: memory.waiting.clone(),
         host_ip: shared.host_ip.clone(),
