@@ -195,17 +195,33 @@ async fn run_with(
         clock.clone(),
         stop.clone(),
     ));
-    tasks.spawn(run_node_status(
-        client.clone(),
-        config.clone(),
+    let cidr = tokio::sync::watch::Sender::new(None);
+    let status_loop = NodeStatusLoop {
+        pod_cidr_out: cidr.clone(),
+        runtime: runtime.clone(),
+        client: client.clone(),
+        config: config.clone(),
         machine,
         runtime_version,
-        options.clone(),
-        clock.clone(),
+        options: options.clone(),
+        clock: clock.clone(),
+    };
+    tasks.spawn(status_loop.run(stop.clone()));
+    tasks.spawn(pods::logs::run(
+        runtime.clone(),
+        pods::logs::Rotation::default(),
         stop.clone(),
     ));
     let recorder = Recorder::new(client.clone(), "kubelet", &options.node_name, clock.clone());
+    let (host_ports, ports) = tokio::sync::watch::channel(Vec::new());
+    tasks.spawn(run_nftables(
+        options.clone(),
+        cidr.subscribe(),
+        ports,
+        stop.clone(),
+    ));
     let shared = Arc::new(pods::Shared {
+        host_ports,
         runtime,
         client: client.clone(),
         recorder,
@@ -244,74 +260,132 @@ async fn setup_network(options: &Options, pod_cidr: Cidr) -> Result<(), network:
     if let Err(error) = network::enable_forwarding() {
         tracing::warn!(%error, "could not turn on IPv4 forwarding");
     }
-    let rules = network::nftables_rules(&options.nftables_table, options.cluster_cidr, pod_cidr);
-    if let Err(error) = network::apply_nftables(&rules).await {
-        tracing::warn!(%error, "could not install the masquerade rules; pods reach only the cluster");
-    }
     tracing::info!(%pod_cidr, "pod network configured");
     Ok(())
+}
+
+/// Keeps the agent's nftables table (masquerade, hostPorts) in step with
+/// the node's podCIDR and the pods' hostPorts.
+async fn run_nftables(
+    options: Options,
+    mut pod_cidr: tokio::sync::watch::Receiver<Option<Cidr>>,
+    mut ports: tokio::sync::watch::Receiver<Vec<network::HostPort>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let cidr = *pod_cidr.borrow_and_update();
+        let wanted = ports.borrow_and_update().clone();
+        if let Some(cidr) = cidr {
+            let rules = network::nftables_rules(
+                &options.nftables_table,
+                options.cluster_cidr,
+                cidr,
+                &wanted,
+            );
+            match network::apply_nftables(&rules).await {
+                Ok(()) => tracing::debug!(host_ports = wanted.len(), "nftables rules applied"),
+                Err(error) => tracing::warn!(%error, "could not apply the agent's nftables rules"),
+            }
+            // The bridge exists once a pod has a sandbox.
+            let _ = network::allow_localnet(&options.bridge);
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = pod_cidr.changed() => if changed.is_err() { return },
+            changed = ports.changed() => if changed.is_err() { return },
+        }
+    }
 }
 
 /// Looks at the node every 10 s (every second until it has its podCIDR):
 /// sets the pod network up once the podCIDR is known, and writes the
 /// status when it changed or 5 minutes passed.
-async fn run_node_status(
+struct NodeStatusLoop {
+    /// Where the podCIDR goes once the network is set up for it.
+    pod_cidr_out: tokio::sync::watch::Sender<Option<Cidr>>,
+    runtime: Arc<dyn Runtime>,
     client: Client,
     config: Arc<NodeConfig>,
     machine: Machine,
     runtime_version: String,
     options: Options,
     clock: Arc<dyn Timer>,
-    stop: CancellationToken,
-) {
-    let api: Api<Node> = Api::all(client.clone());
-    let mut network_for: Option<Cidr> = None;
-    let mut last_report = None;
-    loop {
-        match api.get(&config.name).await {
-            Ok(current) => {
-                let pod_cidr = current
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.pod_cidr.as_deref())
-                    .and_then(|c| c.parse::<Cidr>().ok());
-                if let Some(cidr) = pod_cidr
-                    && network_for != Some(cidr)
-                {
-                    match setup_network(&options, cidr).await {
-                        Ok(()) => network_for = Some(cidr),
-                        Err(error) => tracing::warn!(%error, "could not set the pod network up"),
+}
+
+impl NodeStatusLoop {
+    async fn run(self, stop: CancellationToken) {
+        let NodeStatusLoop {
+            pod_cidr_out,
+            runtime,
+            client,
+            config,
+            machine,
+            runtime_version,
+            options,
+            clock,
+        } = self;
+        let api: Api<Node> = Api::all(client.clone());
+        let mut network_for: Option<Cidr> = None;
+        let mut last_report = None;
+        loop {
+            match api.get(&config.name).await {
+                Ok(current) => {
+                    let pod_cidr = current
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.pod_cidr.as_deref())
+                        .and_then(|c| c.parse::<Cidr>().ok());
+                    if let Some(cidr) = pod_cidr
+                        && network_for != Some(cidr)
+                    {
+                        match setup_network(&options, cidr).await {
+                            Ok(()) => {
+                                network_for = Some(cidr);
+                                pod_cidr_out.send_replace(Some(cidr));
+                            }
+                            Err(error) => {
+                                tracing::warn!(%error, "could not set the pod network up")
+                            }
+                        }
+                    }
+                    let readiness = if network_for.is_some() {
+                        Readiness::Ready
+                    } else {
+                        Readiness::NotReady("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized".into())
+                    };
+                    let now = clock.now();
+                    let previous = current.status.clone().unwrap_or_default();
+                    let mut status =
+                        config.status(&machine, &runtime_version, readiness, Some(&previous), now);
+                    match runtime.list_images().await {
+                        Ok(images) => status.images = Some(node::images(images)),
+                        Err(error) => {
+                            tracing::debug!(%error, "could not list the runtime's images")
+                        }
+                    }
+                    let due = last_report.is_none_or(|at| {
+                        now.duration_since(at).unwrap_or_default() >= node::STATUS_REPORT_FREQUENCY
+                    });
+                    if due || node::changed(&previous, &status) {
+                        match node::patch_status(&client, &config.name, &status).await {
+                            Ok(_) => last_report = Some(now),
+                            Err(error) => {
+                                tracing::warn!(%error, "could not update the node's status")
+                            }
+                        }
                     }
                 }
-                let readiness = if network_for.is_some() {
-                    Readiness::Ready
-                } else {
-                    Readiness::NotReady("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized".into())
-                };
-                let now = clock.now();
-                let previous = current.status.clone().unwrap_or_default();
-                let status =
-                    config.status(&machine, &runtime_version, readiness, Some(&previous), now);
-                let due = last_report.is_none_or(|at| {
-                    now.duration_since(at).unwrap_or_default() >= node::STATUS_REPORT_FREQUENCY
-                });
-                if due || node::changed(&previous, &status) {
-                    match node::patch_status(&client, &config.name, &status).await {
-                        Ok(_) => last_report = Some(now),
-                        Err(error) => tracing::warn!(%error, "could not update the node's status"),
-                    }
-                }
+                Err(error) => tracing::warn!(%error, "could not read the node"),
             }
-            Err(error) => tracing::warn!(%error, "could not read the node"),
-        }
-        let wait = if network_for.is_some() {
-            node::STATUS_UPDATE_FREQUENCY
-        } else {
-            Duration::from_secs(1)
-        };
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = clock.sleep(wait) => {}
+            let wait = if network_for.is_some() {
+                node::STATUS_UPDATE_FREQUENCY
+            } else {
+                Duration::from_secs(1)
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = clock.sleep(wait) => {}
+            }
         }
     }
 }

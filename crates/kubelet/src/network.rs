@@ -167,18 +167,73 @@ pub fn write_conflist(conf_dir: &Path, config: &serde_json::Value) -> Result<Pat
     Ok(path)
 }
 
-/// The agent's nftables table: masquerade for pod traffic to anything
-/// outside the cluster CIDR. Replaced whole on every call.
-pub fn nftables_rules(table: &str, cluster_cidr: Cidr, pod_cidr: Cidr) -> String {
+/// A pod's `hostPort`: traffic to this node's `host_port` (on `host_ip`,
+/// or any of its addresses) goes to `pod_ip:container_port`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HostPort {
+    /// `tcp` or `udp`.
+    pub protocol: String,
+    pub host_ip: Option<Ipv4Addr>,
+    pub host_port: u16,
+    pub pod_ip: Ipv4Addr,
+    pub container_port: u16,
+}
+
+/// The agent's nftables table, replaced whole on every call: masquerade
+/// for pod traffic to anything outside the cluster CIDR, and the pods'
+/// hostPorts as DNAT for traffic to this node's addresses (from outside,
+/// from the node itself, loopback included — masqueraded so that replies
+/// come back through the node).
+pub fn nftables_rules(
+    table: &str,
+    cluster_cidr: Cidr,
+    pod_cidr: Cidr,
+    host_ports: &[HostPort],
+) -> String {
+    let mut dnat = String::new();
+    for port in host_ports {
+        let daddr = port
+            .host_ip
+            .map(|ip| format!("ip daddr {ip} "))
+            .unwrap_or_default();
+        dnat.push_str(&format!(
+            "\t\t{daddr}{proto} dport {host} dnat to {pod}:{container}\n",
+            proto = port.protocol,
+            host = port.host_port,
+            pod = port.pod_ip,
+            container = port.container_port,
+        ));
+    }
     format!(
         "table ip {table}\n\
          delete table ip {table}\n\
          table ip {table} {{\n\
+         \tchain hostports {{\n\
+         {dnat}\
+         \t}}\n\
+         \tchain prerouting {{\n\
+         \t\ttype nat hook prerouting priority -100; policy accept;\n\
+         \t\tfib daddr type local jump hostports\n\
+         \t}}\n\
+         \tchain output {{\n\
+         \t\ttype nat hook output priority -100; policy accept;\n\
+         \t\tfib daddr type local jump hostports\n\
+         \t}}\n\
          \tchain postrouting {{\n\
          \t\ttype nat hook postrouting priority srcnat; policy accept;\n\
          \t\tip saddr {pod_cidr} ip daddr != {cluster_cidr} masquerade\n\
+         \t\tip saddr 127.0.0.0/8 ip daddr {pod_cidr} ct status dnat masquerade\n\
          \t}}\n\
          }}\n"
+    )
+}
+
+/// Lets DNAT from loopback to pods through `bridge` be routed (what the
+/// portmap plugin sets for the same reason).
+pub fn allow_localnet(bridge: &str) -> std::io::Result<()> {
+    std::fs::write(
+        format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet"),
+        "1",
     )
 }
 
@@ -261,14 +316,27 @@ mod tests {
     }
 
     #[test]
-    fn masquerade_covers_pod_traffic_leaving_the_cluster_only() {
+    fn masquerade_covers_pod_traffic_leaving_the_cluster_and_host_ports_are_dnat() {
+        let ports = [HostPort {
+            protocol: "tcp".into(),
+            host_ip: None,
+            host_port: 8080,
+            pod_ip: "10.42.3.7".parse().expect("ip"),
+            container_port: 80,
+        }];
         let rules = nftables_rules(
             "rudder",
             "10.42.0.0/16".parse().expect("cidr"),
             "10.42.3.0/24".parse().expect("cidr"),
+            &ports,
         );
         assert!(rules.contains("delete table ip rudder"));
         assert!(rules.contains("ip saddr 10.42.3.0/24 ip daddr != 10.42.0.0/16 masquerade"));
+        assert!(
+            rules.contains("\t\ttcp dport 8080 dnat to 10.42.3.7:80\n"),
+            "{rules}"
+        );
+        assert!(rules.contains("fib daddr type local jump hostports"));
     }
 
     #[test]

@@ -288,7 +288,7 @@ impl NodeConfig {
                 system_uuid: machine.machine_id.clone(),
                 ..Default::default()
             }),
-            // Images, volumes: not reported yet.
+            images: previous.and_then(|s| s.images.clone()),
             ..previous.cloned().unwrap_or_default()
         }
     }
@@ -325,6 +325,22 @@ impl NodeConfig {
 pub enum Readiness {
     Ready,
     NotReady(String),
+}
+
+/// The node's images as upstream reports them: the 50 largest, each with
+/// its names (digests and tags) and size.
+pub fn images(
+    mut images: Vec<crate::cri::Image>,
+) -> Vec<k8s_openapi::api::core::v1::ContainerImage> {
+    images.sort_by(|a, b| b.size.cmp(&a.size).then(a.id.cmp(&b.id)));
+    images
+        .into_iter()
+        .take(50)
+        .map(|i| k8s_openapi::api::core::v1::ContainerImage {
+            names: Some(i.names),
+            size_bytes: Some(i.size as i64),
+        })
+        .collect()
 }
 
 /// Whether two statuses differ in more than their heartbeat times.

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 
 use crate::cri::v1 as cri;
 use crate::cri::{
-    Container, ContainerState, Error, ExecResult, POD_UID_LABEL, PodSandboxState, Result, Runtime,
-    Sandbox, Version,
+    Container, ContainerState, Error, ExecResult, Image, POD_UID_LABEL, PodSandboxState, Result,
+    Runtime, Sandbox, Version,
 };
 
 #[derive(Debug, Clone)]
@@ -344,6 +344,24 @@ impl Runtime for FakeRuntime {
             }),
             _ => Err(not_found("ExecSync", id)),
         }
+    }
+
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        self.record(format!("ReopenContainerLog {id}"));
+        Ok(())
+    }
+
+    async fn list_images(&self) -> Result<Vec<Image>> {
+        Ok(self
+            .state()
+            .images
+            .iter()
+            .map(|(name, id)| Image {
+                id: id.clone(),
+                names: vec![name.clone()],
+                size: 1 << 20,
+            })
+            .collect())
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<String>> {

@@ -46,6 +46,7 @@ impl Node {
             memory_volumes: false,
             host_ip: "192.0.2.10".into(),
             runtime_name: "fake".into(),
+            host_ports: tokio::sync::watch::Sender::new(Vec::new()),
             allocatable_cpu_millis: 2000,
             allocatable_memory: 4 << 30,
         });

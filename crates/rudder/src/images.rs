@@ -37,8 +37,10 @@ pub enum ImagesCommand {
 
 /// The applets the busybox image links (what tests and examples run).
 const APPLETS: &[&str] = &[
-    "sh", "ash", "cat", "echo", "env", "false", "grep", "hostname", "httpd", "id", "ip", "kill",
-    "ls", "mkdir", "nc", "ps", "rm", "sleep", "test", "touch", "true", "wget",
+    "ash", "cat", "chmod", "cp", "cut", "date", "dd", "df", "du", "echo", "env", "false", "find",
+    "grep", "head", "hostname", "httpd", "id", "ip", "kill", "ln", "ls", "mkdir", "mv", "nc",
+    "nslookup", "ping", "printf", "ps", "rm", "sed", "seq", "sh", "sleep", "sort", "stat", "tail",
+    "tee", "test", "touch", "tr", "true", "uname", "wc", "wget", "whoami", "xargs", "yes",
 ];
 
 pub async fn run(command: ImagesCommand) -> anyhow::Result<()> {

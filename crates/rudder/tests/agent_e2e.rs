@@ -183,9 +183,9 @@ fn http_get_path(ip: &str, port: u16, path: &str) -> Option<String> {
         .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let ok = head.split_whitespace().nth(1) == Some("200");
+    ok.then(|| body.trim_end().to_string())
 }
 
 fn wait_for<T>(
@@ -533,6 +533,39 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
         &cluster,
         || (get("/cfg/greeting")? == "bonjour").then_some(()),
     );
+
+    // A hostPort answers on the node's loopback (DNAT by the agent's
+    // nftables table).
+    let host_port = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hostport"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "web", "image": "rudder.local/busybox:1",
+          "command": ["sh", "-c", "echo through the host port > /tmp/index.html; exec httpd -f -p 8080 -h /tmp"],
+          "ports": [{"containerPort": 8080, "hostPort": 18080}]}]}}"#;
+    let (ok, out) = k.run(&["apply", "-f", "-"], Some(host_port));
+    assert!(ok, "{out}");
+    let body = wait_for(
+        "the hostPort to answer on 127.0.0.1:18080",
+        Duration::from_secs(60),
+        &cluster,
+        || http_get("127.0.0.1", 18080),
+    );
+    assert_eq!(body.trim(), "through the host port");
+
+    // A container over its memory limit is OOM-killed and says so.
+    let oom = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "oom"}, "spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "hog", "image": "rudder.local/busybox:1",
+          "command": ["sh", "-c", "a=x; while true; do a=$a$a; done"],
+          "resources": {"limits": {"memory": "32Mi"}}}]}}"#;
+    let (ok, out) = k.run(&["apply", "-f", "-"], Some(oom));
+    assert!(ok, "{out}");
+    wait_for("oom OOMKilled", Duration::from_secs(60), &cluster, || {
+        let (ok, out) = k.run(
+            &["get", "pod", "oom", "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].state.terminated.reason} {.status.containerStatuses[0].state.terminated.exitCode}"],
+            None,
+        );
+        (ok && out.trim() == "Failed OOMKilled 137").then_some(())
+    });
 
     // Everything the cluster made goes with it.
     let log = cluster.log();

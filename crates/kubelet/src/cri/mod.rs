@@ -80,6 +80,14 @@ pub struct Sandbox {
     pub labels: std::collections::HashMap<String, String>,
 }
 
+/// An image the runtime holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Image {
+    pub id: String,
+    pub names: Vec<String>,
+    pub size: u64,
+}
+
 /// What an `ExecSync` ran to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecResult {
@@ -131,6 +139,10 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
         timeout_seconds: i64,
     ) -> Result<ExecResult>;
 
+    /// Makes the runtime reopen a container's log file (after rotation).
+    async fn reopen_container_log(&self, id: &str) -> Result<()>;
+    /// Every image the runtime has: names (tags and digests) and size.
+    async fn list_images(&self) -> Result<Vec<Image>>;
     /// The image's id when the runtime has it.
     async fn image_status(&self, image: &str) -> Result<Option<String>>;
     /// Pulls an image; returns its reference (id).

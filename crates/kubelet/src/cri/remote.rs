@@ -9,7 +9,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::v1::image_service_client::ImageServiceClient;
 use super::v1::runtime_service_client::RuntimeServiceClient;
 use super::v1::{self as cri};
-use super::{Container, Error, ExecResult, Result, Runtime, Sandbox, Version};
+use super::{Container, Error, ExecResult, Image, Result, Runtime, Sandbox, Version};
 
 /// How long one CRI call may take (upstream's `--runtime-request-timeout`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -287,6 +287,36 @@ impl Runtime for RemoteRuntime {
             stdout: reply.stdout,
             stderr: reply.stderr,
         })
+    }
+
+    async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        self.runtime
+            .clone()
+            .reopen_container_log(cri::ReopenContainerLogRequest {
+                container_id: id.into(),
+            })
+            .await
+            .map_err(call("ReopenContainerLog"))?;
+        Ok(())
+    }
+
+    async fn list_images(&self) -> Result<Vec<Image>> {
+        let reply = self
+            .images
+            .clone()
+            .list_images(cri::ListImagesRequest { filter: None })
+            .await
+            .map_err(call("ListImages"))?;
+        Ok(reply
+            .into_inner()
+            .images
+            .into_iter()
+            .map(|i| Image {
+                id: i.id,
+                names: i.repo_digests.into_iter().chain(i.repo_tags).collect(),
+                size: i.size,
+            })
+            .collect())
     }
 
     async fn image_status(&self, image: &str) -> Result<Option<String>> {

@@ -7,6 +7,7 @@
 pub mod backoff;
 pub mod config;
 pub mod env;
+pub mod logs;
 pub mod observed;
 pub mod plan;
 pub mod probe;
@@ -73,6 +74,44 @@ async fn relist(shared: &Shared) -> Option<Fingerprints> {
     Some(prints)
 }
 
+/// The hostPorts of the pods that have an IP and are not done.
+pub fn host_ports(pods: &[Arc<Pod>]) -> Vec<crate::network::HostPort> {
+    let mut ports = Vec::new();
+    for pod in pods {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let status = pod.status.clone().unwrap_or_default();
+        let done = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        let Some(pod_ip) = status.pod_ip.as_deref().and_then(|ip| ip.parse().ok()) else {
+            continue;
+        };
+        if done || spec.host_network.unwrap_or(false) {
+            continue;
+        }
+        for port in spec
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+        {
+            let Some(host_port) = port.host_port.filter(|p| *p > 0) else {
+                continue;
+            };
+            ports.push(crate::network::HostPort {
+                protocol: port.protocol.as_deref().unwrap_or("TCP").to_lowercase(),
+                host_ip: port
+                    .host_ip
+                    .as_deref()
+                    .and_then(|ip| ip.parse().ok())
+                    .filter(|ip: &std::net::Ipv4Addr| !ip.is_unspecified()),
+                host_port: host_port as u16,
+                pod_ip,
+                container_port: port.container_port as u16,
+            });
+        }
+    }
+    ports.sort();
+    ports
+}
+
 /// Runs the pods of `node` until `stop`.
 pub async fn run(shared: Arc<Shared>, informers: &Informers, node: &str, stop: CancellationToken) {
     let informer = informers.typed_with_fields::<Pod>(&format!("spec.nodeName={node}"));
@@ -134,6 +173,12 @@ pub async fn run(shared: Arc<Shared>, informers: &Informers, node: &str, stop: C
                 }
             },
             _ = tick.tick() => {
+                let ports = host_ports(&store.list());
+                shared.host_ports.send_if_modified(|current| {
+                    let changed = *current != ports;
+                    *current = ports;
+                    changed
+                });
                 let Some(prints) = relist(&shared).await else { continue };
                 for (uid, print) in &prints {
                     if previous.get(uid) == Some(print) {

@@ -88,7 +88,7 @@ pub fn is_done(pod: &Pod, observed: &Observed) -> bool {
         return false;
     }
     let (init, regular) = containers(pod);
-    let failed_init = init.iter().any(|c| {
+    let failed_init = init.iter().filter(|c| !is_sidecar(c)).any(|c| {
         observed
             .latest(&c.name)
             .is_some_and(|i| i.exited() && i.exit_code != 0 && !should_restart(policy, i.exit_code))
@@ -102,6 +102,13 @@ pub fn is_done(pod: &Pod, observed: &Observed) -> bool {
                 .latest(&c.name)
                 .is_some_and(|i| i.exited() && !should_restart(policy, i.exit_code))
         })
+}
+
+/// A restartable init container (a sidecar): started in the init
+/// sequence, then kept running — restarted whatever the pod's policy —
+/// beside the containers.
+pub fn is_sidecar(container: &Container) -> bool {
+    container.restart_policy.as_deref() == Some("Always")
 }
 
 fn key(pod: &Pod, name: &str) -> String {
@@ -196,6 +203,25 @@ pub fn plan(
                     attempt: next_attempt(&container.name),
                 });
                 return plan;
+            }
+            // A sidecar that runs lets the sequence go on.
+            Some(i) if is_sidecar(container) && i.running() => continue,
+            Some(i) if is_sidecar(container) && i.exited() => {
+                match restart_or_wait(pod, &container.name, i, backoff, now) {
+                    Ok(attempt) => plan.start.push(Start {
+                        name: container.name.clone(),
+                        init: true,
+                        index,
+                        attempt,
+                    }),
+                    Err(waiting) => plan.waiting.push(waiting),
+                }
+                // Once the containers have started, a sidecar's restart
+                // holds nothing up.
+                let containers_started = regular.iter().any(|c| current(&c.name).is_some());
+                if !containers_started {
+                    return plan;
+                }
             }
             Some(i) if i.exited() && i.exit_code == 0 => continue,
             Some(i) if i.exited() => {
@@ -466,6 +492,34 @@ mod tests {
         assert!(plan.kill_pod);
         assert_eq!(plan.create_sandbox, Some(1));
         assert_eq!(plan.start[0].attempt, 4);
+    }
+
+    #[test]
+    fn a_sidecar_starts_in_the_init_sequence_and_is_kept_running() {
+        let mut p = pod("Never", &["sidecar", "setup"], &["app"]);
+        if let Some(init) = p.spec.as_mut().and_then(|s| s.init_containers.as_mut()) {
+            init[0].restart_policy = Some("Always".into());
+        }
+        let running = |name| instance(name, 0, ContainerState::ContainerRunning, 0, t0());
+        let observed = in_sandbox(vec![running("sidecar")]);
+        let next = plan(&p, &observed, &healthy, &mut Backoff::default(), t0());
+        assert_eq!(
+            next.start[0].name, "setup",
+            "the sequence goes on past a running sidecar"
+        );
+        let mut setup = instance("setup", 0, ContainerState::ContainerExited, 0, t0());
+        setup.init = true;
+        let mut sidecar = instance("sidecar", 0, ContainerState::ContainerExited, 1, t0());
+        sidecar.init = true;
+        let observed = in_sandbox(vec![sidecar, setup, running("app")]);
+        let next = plan(&p, &observed, &healthy, &mut Backoff::default(), t0());
+        let names: Vec<_> = next.start.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["sidecar"],
+            "restarted though the pod never restarts"
+        );
+        assert!(!is_done(&p, &observed), "the app still runs");
     }
 
     #[test]

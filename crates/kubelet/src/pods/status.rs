@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::observed::{Instance, Observed};
-use super::plan::{is_done, restart_policy, should_restart};
+use super::plan::{is_done, is_sidecar, restart_policy, should_restart};
 use crate::api_time;
 
 /// What the agent knows beyond the runtime: why a container waits.
@@ -138,6 +138,17 @@ pub fn phase(
 ) -> &'static str {
     let policy = restart_policy(pod);
     let spec_has_init = !init_statuses.is_empty();
+    let sidecars: Vec<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .filter(|c| is_sidecar(c))
+        .map(|c| c.name.clone())
+        .collect();
+    let init_statuses: Vec<&ContainerStatus> = init_statuses
+        .iter()
+        .filter(|s| !sidecars.contains(&s.name))
+        .collect();
     let init_failed = init_statuses.iter().any(|s| {
         s.state
             .as_ref()
@@ -248,9 +259,18 @@ pub fn generate(pod: &Pod, observed: &Observed, extra: &Extra, now: SystemTime) 
             s.ready = false;
         }
     }
+    let sidecar = |name: &str| {
+        spec.init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == name && is_sidecar(c))
+    };
     let initialized = init_statuses.iter().all(|s| {
-        s.state
-            .as_ref()
+        let state = s.state.as_ref();
+        if sidecar(&s.name) {
+            return s.started == Some(true) || state.is_some_and(|st| st.terminated.is_some());
+        }
+        state
             .and_then(|st| st.terminated.as_ref())
             .is_some_and(|t| t.exit_code == 0)
     });

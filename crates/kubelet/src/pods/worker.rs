@@ -49,6 +49,8 @@ pub struct Shared {
     pub memory_volumes: bool,
     pub host_ip: String,
     pub runtime_name: String,
+    /// The hostPorts of the running pods, for the agent's nftables rules.
+    pub host_ports: tokio::sync::watch::Sender<Vec<crate::network::HostPort>>,
     /// The node's allocatable CPU (millicores) and memory (bytes).
     pub allocatable_cpu_millis: i128,
     pub allocatable_memory: i128,
