@@ -186,6 +186,23 @@ pub fn plan(
         plan.create_sandbox = Some(observed.sandboxes.first().map_or(0, |s| s.attempt + 1));
     }
     let next_attempt = |name: &str| observed.latest(name).map_or(0, |i| i.attempt + 1);
+    // Starts the exited `latest` again, or keeps it waiting out its back-off.
+    let restart = |plan: &mut Plan,
+                   container: &Container,
+                   init: bool,
+                   index: usize,
+                   latest: &Instance,
+                   backoff: &mut Backoff| {
+        match restart_or_wait(pod, &container.name, latest, backoff, now) {
+            Ok(attempt) => plan.start.push(Start {
+                name: container.name.clone(),
+                init,
+                index,
+                attempt,
+            }),
+            Err(waiting) => plan.waiting.push(waiting),
+        }
+    };
 
     // Init containers, one at a time, in order.
     for (index, container) in init.iter().enumerate() {
@@ -207,15 +224,7 @@ pub fn plan(
             // A sidecar that runs lets the sequence go on.
             Some(i) if is_sidecar(container) && i.running() => continue,
             Some(i) if is_sidecar(container) && i.exited() => {
-                match restart_or_wait(pod, &container.name, i, backoff, now) {
-                    Ok(attempt) => plan.start.push(Start {
-                        name: container.name.clone(),
-                        init: true,
-                        index,
-                        attempt,
-                    }),
-                    Err(waiting) => plan.waiting.push(waiting),
-                }
+                restart(&mut plan, container, true, index, i, backoff);
                 // Once the containers have started, a sidecar's restart
                 // holds nothing up.
                 let containers_started = regular.iter().any(|c| current(&c.name).is_some());
@@ -229,15 +238,7 @@ pub fn plan(
                     plan.kill_pod = true;
                     return plan;
                 }
-                match restart_or_wait(pod, &container.name, i, backoff, now) {
-                    Ok(attempt) => plan.start.push(Start {
-                        name: container.name.clone(),
-                        init: true,
-                        index,
-                        attempt,
-                    }),
-                    Err(waiting) => plan.waiting.push(waiting),
-                }
+                restart(&mut plan, container, true, index, i, backoff);
                 return plan;
             }
             // Running or created: wait for it.
@@ -260,15 +261,7 @@ pub fn plan(
             }),
             Some(i) if i.exited() => {
                 if should_restart(policy, i.exit_code) {
-                    match restart_or_wait(pod, &container.name, i, backoff, now) {
-                        Ok(attempt) => plan.start.push(Start {
-                            name: container.name.clone(),
-                            init: false,
-                            index,
-                            attempt,
-                        }),
-                        Err(waiting) => plan.waiting.push(waiting),
-                    }
+                    restart(&mut plan, container, false, index, i, backoff);
                 }
             }
             Some(i) if i.running() && unhealthy(&i.id) => plan.kill_containers.push(i.id.clone()),
