@@ -119,11 +119,27 @@ impl Cluster {
         );
     }
 
+    /// The end of the server's log and the node's network, for failures.
     fn log(&self) -> String {
         let path = self.data.parent().expect("dir").join("server.log");
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        let mut out = lines[lines.len().saturating_sub(40)..].join("\n");
+        for args in [
+            &["ip", "route"][..],
+            &["ip", "-br", "addr"],
+            &["ip", "neigh", "show", "dev", BRIDGE],
+            &["nft", "list", "table", "ip", BRIDGE],
+        ] {
+            if let Ok(o) = Command::new(args[0]).args(&args[1..]).output() {
+                out.push_str(&format!(
+                    "\n$ {}\n{}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&o.stdout)
+                ));
+            }
+        }
+        out
     }
 
     fn mounts_left(&self) -> Vec<String> {
