@@ -371,9 +371,13 @@ impl Runtime for FakeRuntime {
     async fn pull_image(
         &self,
         image: &str,
+        auth: Option<cri::AuthConfig>,
         _sandbox_config: cri::PodSandboxConfig,
     ) -> Result<String> {
-        self.record(format!("PullImage {image}"));
+        match auth {
+            Some(auth) => self.record(format!("PullImage {image} as {}", auth.username)),
+            None => self.record(format!("PullImage {image}")),
+        }
         let known = self.state().images.get(image).cloned();
         match known {
             Some(id) => Ok(id),

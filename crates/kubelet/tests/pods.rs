@@ -416,3 +416,44 @@ async fn hooks_run_after_start_and_before_stop() {
     assert!(started < post && post < pre && pre < stopped, "{calls:?}");
     node.stop().await;
 }
+
+#[tokio::test]
+async fn image_pull_secrets_are_the_pulls_credentials() {
+    use k8s_openapi::api::core::v1::Secret;
+    let node = Node::start().await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "regcred"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": "{\"auths\": {\"registry.test:5000\": {\"username\": \"robot\", \"password\": \"s3cret\"}}}"}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(node.plane.admin(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "private"},
+        "spec": {"nodeName": NODE, "imagePullSecrets": [{"name": "regcred"}],
+                 "containers": [{"name": "app", "image": "registry.test:5000/app:1"}]}
+    }))
+    .expect("pod");
+    node.pods()
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create");
+    node.status_of("private", |p| {
+        container_state(p)["state"]["waiting"]["reason"] == "ErrImagePull"
+    })
+    .await;
+    let calls = node.runtime.calls();
+    let robot = calls
+        .iter()
+        .position(|c| c == "PullImage registry.test:5000/app:1 as robot")
+        .expect("pulled with the secret's credentials");
+    let anonymous = calls
+        .iter()
+        .position(|c| c == "PullImage registry.test:5000/app:1")
+        .expect("then without");
+    assert!(robot < anonymous, "{calls:?}");
+    node.stop().await;
+}

@@ -145,6 +145,12 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     async fn list_images(&self) -> Result<Vec<Image>>;
     /// The image's id when the runtime has it.
     async fn image_status(&self, image: &str) -> Result<Option<String>>;
-    /// Pulls an image; returns its reference (id).
-    async fn pull_image(&self, image: &str, sandbox_config: PodSandboxConfig) -> Result<String>;
+    /// Pulls an image, with credentials when given; returns its
+    /// reference (id).
+    async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<v1::AuthConfig>,
+        sandbox_config: PodSandboxConfig,
+    ) -> Result<String>;
 }

@@ -338,6 +338,7 @@ impl Runtime for RemoteRuntime {
     async fn pull_image(
         &self,
         image: &str,
+        auth: Option<cri::AuthConfig>,
         sandbox_config: cri::PodSandboxConfig,
     ) -> Result<String> {
         let reply = self
@@ -348,7 +349,7 @@ impl Runtime for RemoteRuntime {
                     image: image.into(),
                     ..Default::default()
                 }),
-                auth: None,
+                auth,
                 sandbox_config: Some(sandbox_config),
             })
             .await

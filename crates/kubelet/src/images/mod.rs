@@ -4,6 +4,7 @@
 //! into the runtime (k3s's air-gap pattern: every archive in
 //! `<data-dir>/agent/images/` at start, and `rudder images import`).
 
+pub mod credentials;
 pub mod tar;
 
 use std::path::{Path, PathBuf};

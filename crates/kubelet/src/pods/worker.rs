@@ -324,7 +324,22 @@ async fn ensure_image(
         "Pulling",
         &format!("Pulling image \"{image}\""),
     );
-    match shared.runtime.pull_image(image, sandbox.clone()).await {
+    let credentials = pull_credentials(shared, pod, image).await;
+    // Each matching credential in turn, then none (upstream's order).
+    let mut outcome = Err(crate::cri::Error::Call {
+        call: "PullImage",
+        status: Box::new(tonic::Status::unknown("no attempt")),
+    });
+    for auth in credentials.into_iter().map(Some).chain([None]) {
+        outcome = shared
+            .runtime
+            .pull_image(image, auth, sandbox.clone())
+            .await;
+        if outcome.is_ok() {
+            break;
+        }
+    }
+    match outcome {
         Ok(_) => {
             shared.recorder.event(
                 &reference,
@@ -347,6 +362,41 @@ async fn ensure_image(
             Err(("ErrImagePull".into(), message))
         }
     }
+}
+
+/// The credentials the pod's imagePullSecrets hold for `image`, best
+/// match first. Missing or unreadable secrets are skipped, as upstream's.
+async fn pull_credentials(
+    shared: &Shared,
+    pod: &Pod,
+    image: &str,
+) -> Vec<crate::cri::v1::AuthConfig> {
+    use k8s_openapi::api::core::v1::Secret;
+    let names: Vec<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.image_pull_secrets.iter().flatten())
+        .map(|r| r.name.clone())
+        .collect();
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let api: Api<Secret> =
+        Api::namespaced(shared.client.clone(), &pod.namespace().unwrap_or_default());
+    let mut entries = Vec::new();
+    for name in names {
+        let Ok(Some(secret)) = api.get_opt(&name).await else {
+            tracing::warn!(secret = %name, "an imagePullSecret could not be read");
+            continue;
+        };
+        let data = secret.data.unwrap_or_default();
+        for key in [".dockerconfigjson", ".dockercfg"] {
+            if let Some(bytes) = data.get(key) {
+                entries.extend(crate::images::credentials::entries(&bytes.0));
+            }
+        }
+    }
+    crate::images::credentials::for_image(image, &entries)
 }
 
 /// Creates and starts one container; on failure, the reason it waits.
