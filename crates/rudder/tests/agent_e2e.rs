@@ -184,6 +184,49 @@ impl Drop for Cluster {
     }
 }
 
+/// Debian's docker-registry on a loopback port, storing under the
+/// cluster's directory; stopped on drop.
+struct Registry(Child);
+
+impl Registry {
+    fn start(cluster: &Cluster, port: u16) -> Registry {
+        let dir = cluster.data.parent().expect("dir").join("registry");
+        std::fs::create_dir_all(&dir).expect("registry dir");
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                dir.join("data").display()
+            ),
+        )
+        .expect("registry config");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start docker-registry (Debian's docker-registry; scripts/setup --test installs it)");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Registry(child)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// GET /index.html from `ip:port`; the body.
 fn http_get(ip: &str, port: u16) -> Option<String> {
     http_get_path(ip, port, "/index.html")
@@ -566,6 +609,91 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
         || http_get("127.0.0.1", 18080),
     );
     assert_eq!(body.trim(), "through the host port");
+
+    // The pull path against a real registry on loopback (Debian's
+    // docker-registry): the busybox image pushed there by containerd's own
+    // client, then pulled by the agent through CRI for a pod.
+    let registry_port = rudder_apiserver::testing::free_port().expect("a free port");
+    let registry = Registry::start(&cluster, registry_port);
+    let socket = cluster.data.join("agent/containerd/containerd.sock");
+    let pushed = format!("127.0.0.1:{registry_port}/busybox:1");
+    let ctr = |args: &[&str]| {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&socket)
+            .args(["--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .expect("ctr");
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ctr(&["images", "tag", IMAGE, &pushed]);
+    ctr(&["images", "push", "--plain-http", &pushed]);
+    ctr(&["images", "rm", &pushed]);
+    let (ok, out) = k.run(
+        &[
+            "run",
+            "pulled",
+            &format!("--image={pushed}"),
+            "--image-pull-policy=Always",
+            "--",
+            "sleep",
+            "100000",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    wait_for(
+        "the pulled image Running",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let (ok, out) = k.run(
+                &["get", "pod", "pulled", "-o", "jsonpath={.status.phase}"],
+                None,
+            );
+            (ok && out.trim() == "Running").then_some(())
+        },
+    );
+    let (_, events) = k.run(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=pulled",
+        ],
+        None,
+    );
+    assert!(
+        events.contains(&format!("Successfully pulled image \"{pushed}\"")),
+        "{events}"
+    );
+    let missing = format!("127.0.0.1:{registry_port}/nothing:1");
+    let (ok, out) = k.run(&["run", "missing", &format!("--image={missing}")], None);
+    assert!(ok, "{out}");
+    wait_for(
+        "ErrImagePull for an image the registry lacks",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let (ok, out) = k.run(
+                &[
+                    "get",
+                    "pod",
+                    "missing",
+                    "-o",
+                    "jsonpath={.status.containerStatuses[0].state.waiting.reason}",
+                ],
+                None,
+            );
+            (ok && out.trim() == "ErrImagePull").then_some(())
+        },
+    );
+    drop(registry);
 
     // A container over its memory limit is OOM-killed and says so.
     let oom = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "oom"}, "spec": {
