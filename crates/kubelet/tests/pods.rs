@@ -297,6 +297,16 @@ async fn a_missing_image_is_err_image_pull() {
         })
         .await;
     assert_eq!(phase(&pod), "Pending");
+    // The next attempt waits out the image back-off.
+    let pod = node
+        .status_of("nope", |p| {
+            container_state(p)["state"]["waiting"]["reason"] == "ImagePullBackOff"
+        })
+        .await;
+    assert_eq!(
+        container_state(&pod)["state"]["waiting"]["message"],
+        "Back-off pulling image \"rudder.local/none:1\""
+    );
     node.stop().await;
 }
 

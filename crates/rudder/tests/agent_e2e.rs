@@ -690,7 +690,7 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
                 ],
                 None,
             );
-            (ok && out.trim() == "ErrImagePull").then_some(())
+            (ok && matches!(out.trim(), "ErrImagePull" | "ImagePullBackOff")).then_some(())
         },
     );
     drop(registry);

@@ -28,6 +28,15 @@ impl Backoff {
         (now < until).then_some((delay, until))
     }
 
+    /// When the back-off of `key`'s last failure (its last
+    /// [`next`](Self::next)) ends, if it has not yet.
+    pub fn waiting_since_last(&mut self, key: &str, now: SystemTime) -> Option<SystemTime> {
+        self.forget_stale(now);
+        let (delay, at) = *self.entries.get(key)?;
+        let until = at + delay;
+        (now < until).then_some(until)
+    }
+
     /// Records a restart: the next wait is longer.
     pub fn next(&mut self, key: &str, now: SystemTime) {
         let delay = match self.entries.get(key) {
@@ -76,6 +85,8 @@ mod tests {
             seen.push(b.waiting("p/c", t, t).map(|w| w.0.as_secs()).unwrap_or(0));
         }
         assert_eq!(seen, [20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(b.waiting_since_last("p/c", t), Some(t + MAX));
+        assert_eq!(b.waiting_since_last("p/c", t + MAX), None);
         let later = t + Duration::from_secs(601);
         assert_eq!(
             b.waiting("p/c", later, later),

@@ -324,6 +324,21 @@ async fn ensure_image(
         "Pulling",
         &format!("Pulling image \"{image}\""),
     );
+    // ImagePullBackOff: after a failed pull, the next waits 10 s doubling
+    // to 5 min (upstream's image back-off, per pod and image).
+    let now = shared.clock.now();
+    let key = format!("{}/pull/{image}", pod.uid().unwrap_or_default());
+    let waiting = shared
+        .backoff
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .waiting_since_last(&key, now);
+    if waiting.is_some() {
+        return Err((
+            "ImagePullBackOff".into(),
+            format!("Back-off pulling image \"{image}\""),
+        ));
+    }
     let credentials = pull_credentials(shared, pod, image).await;
     // Each matching credential in turn, then none (upstream's order).
     let mut outcome = Err(crate::cri::Error::Call {
@@ -351,6 +366,11 @@ async fn ensure_image(
             Ok(())
         }
         Err(e) => {
+            shared
+                .backoff
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .next(&key, now);
             let message = format!("Failed to pull image \"{image}\": {e}");
             shared.recorder.event(
                 &reference,
