@@ -355,8 +355,15 @@ impl NodeStatusLoop {
                     };
                     let now = clock.now();
                     let previous = current.status.clone().unwrap_or_default();
-                    let mut status =
-                        config.status(&machine, &runtime_version, readiness, Some(&previous), now);
+                    let pressure = node::Pressure::measure(&options.data_dir);
+                    let mut status = config.status(
+                        &machine,
+                        &runtime_version,
+                        readiness,
+                        pressure,
+                        Some(&previous),
+                        now,
+                    );
                     match runtime.list_images().await {
                         Ok(images) => status.images = Some(node::images(images)),
                         Err(error) => {

@@ -157,7 +157,14 @@ impl NodeConfig {
                 ..Default::default()
             },
             spec: None,
-            status: Some(self.status(machine, runtime_version, ready, None, now)),
+            status: Some(self.status(
+                machine,
+                runtime_version,
+                ready,
+                Pressure::default(),
+                None,
+                now,
+            )),
         }
     }
 
@@ -168,6 +175,7 @@ impl NodeConfig {
         machine: &Machine,
         runtime_version: &str,
         ready: Readiness,
+        pressure: Pressure,
         previous: Option<&NodeStatus>,
         now: SystemTime,
     ) -> NodeStatus {
@@ -240,18 +248,36 @@ impl NodeConfig {
             capacity: Some(capacity),
             allocatable: Some(allocatable),
             conditions: Some(vec![
-                condition(
-                    "MemoryPressure",
-                    false,
-                    "KubeletHasSufficientMemory",
-                    "kubelet has sufficient memory available",
-                ),
-                condition(
-                    "DiskPressure",
-                    false,
-                    "KubeletHasNoDiskPressure",
-                    "kubelet has no disk pressure",
-                ),
+                if pressure.memory {
+                    condition(
+                        "MemoryPressure",
+                        true,
+                        "KubeletHasInsufficientMemory",
+                        "kubelet has insufficient memory available",
+                    )
+                } else {
+                    condition(
+                        "MemoryPressure",
+                        false,
+                        "KubeletHasSufficientMemory",
+                        "kubelet has sufficient memory available",
+                    )
+                },
+                if pressure.disk {
+                    condition(
+                        "DiskPressure",
+                        true,
+                        "KubeletHasDiskPressure",
+                        "kubelet has disk pressure",
+                    )
+                } else {
+                    condition(
+                        "DiskPressure",
+                        false,
+                        "KubeletHasNoDiskPressure",
+                        "kubelet has no disk pressure",
+                    )
+                },
                 condition(
                     "PIDPressure",
                     false,
@@ -316,6 +342,31 @@ impl NodeConfig {
                 ..Default::default()
             }),
         }
+    }
+}
+
+/// Upstream's default hard eviction signals, measured: memory.available
+/// below 100Mi, nodefs.available below 10%. (PIDs have no default
+/// threshold upstream: PIDPressure stays False.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pressure {
+    pub memory: bool,
+    pub disk: bool,
+}
+
+impl Pressure {
+    /// This machine now, with `root_dir` the file system the agent's
+    /// data lives on.
+    pub fn measure(root_dir: &std::path::Path) -> Pressure {
+        let available_kb = read_trimmed("/proc/meminfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+        let memory = available_kb.is_some_and(|kb| kb * 1024 < 100 << 20);
+        let disk = rustix::fs::statvfs(root_dir)
+            .map(|s| s.f_blocks > 0 && s.f_bavail * 10 < s.f_blocks)
+            .unwrap_or(false);
+        Pressure { memory, disk }
     }
 }
 
@@ -509,6 +560,7 @@ mod tests {
             &machine(),
             "x",
             Readiness::NotReady("network not ready".into()),
+            Pressure::default(),
             None,
             t0,
         );
@@ -516,11 +568,41 @@ mod tests {
             &machine(),
             "x",
             Readiness::NotReady("network not ready".into()),
+            Pressure {
+                memory: true,
+                disk: false,
+            },
+            Some(&first),
+            t1,
+        );
+        assert!(changed(&first, &same), "memory pressure is a change");
+        let memory = same
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "MemoryPressure")
+            .expect("condition");
+        assert_eq!(
+            (memory.status.as_str(), memory.reason.as_deref()),
+            ("True", Some("KubeletHasInsufficientMemory"))
+        );
+        let same = c.status(
+            &machine(),
+            "x",
+            Readiness::NotReady("network not ready".into()),
+            Pressure::default(),
             Some(&first),
             t1,
         );
         assert!(!changed(&first, &same));
-        let ready = c.status(&machine(), "x", Readiness::Ready, Some(&same), t1);
+        let ready = c.status(
+            &machine(),
+            "x",
+            Readiness::Ready,
+            Pressure::default(),
+            Some(&same),
+            t1,
+        );
         assert!(changed(&same, &ready));
         let find = |s: &NodeStatus, t: &str| {
             s.conditions
