@@ -43,6 +43,10 @@ pub struct Options {
     pub reserved_memory_bytes: u64,
     /// The nftables table of the agent's rules.
     pub nftables_table: String,
+    /// Hard eviction thresholds (`--eviction-hard`): memory available in
+    /// bytes, node file system available in percent.
+    pub eviction_memory_bytes: u64,
+    pub eviction_nodefs_percent: u64,
 }
 
 impl Options {
@@ -67,6 +71,8 @@ impl Options {
             reserved_cpu_millis: 0,
             reserved_memory_bytes: 0,
             nftables_table: "rudder".into(),
+            eviction_memory_bytes: 100 << 20,
+            eviction_nodefs_percent: 10,
         }
     }
 
@@ -165,7 +171,8 @@ async fn run_with(
         max_pods: options.max_pods,
         reserved_cpu_millis: options.reserved_cpu_millis,
         reserved_memory_bytes: options.reserved_memory_bytes,
-        eviction_memory_bytes: config_eviction_memory(),
+        eviction_memory_bytes: options.eviction_memory_bytes,
+        eviction_nodefs_percent: options.eviction_nodefs_percent,
         kubelet_port: 10250,
         kubelet_version: "v1.33.0".into(),
     });
@@ -174,7 +181,7 @@ async fn run_with(
         (i128::from(machine.cpus) * 1000 - i128::from(options.reserved_cpu_millis)).max(0);
     let allocatable_memory = (i128::from(machine.memory_bytes)
         - i128::from(options.reserved_memory_bytes)
-        - i128::from(config_eviction_memory()))
+        - i128::from(options.eviction_memory_bytes))
     .max(0);
     let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
     let not_ready = Readiness::NotReady(
@@ -239,12 +246,6 @@ async fn run_with(
     pods::run(shared, &informers, &options.node_name, stop.clone()).await;
     while tasks.join_next().await.is_some() {}
     Ok(())
-}
-
-/// Upstream's default hard eviction threshold for memory, held back from
-/// allocatable.
-fn config_eviction_memory() -> u64 {
-    100 << 20
 }
 
 /// Sets up the pod network for `pod_cidr`: the conflist, forwarding and
@@ -355,7 +356,7 @@ impl NodeStatusLoop {
                     };
                     let now = clock.now();
                     let previous = current.status.clone().unwrap_or_default();
-                    let pressure = node::Pressure::measure(&options.data_dir);
+                    let pressure = node::Pressure::measure(&options.data_dir, &config);
                     let mut status = config.status(
                         &machine,
                         &runtime_version,

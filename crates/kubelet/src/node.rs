@@ -96,6 +96,9 @@ pub struct NodeConfig {
     pub reserved_memory_bytes: u64,
     /// Upstream's default hard eviction threshold for memory (100Mi).
     pub eviction_memory_bytes: u64,
+    /// The hard eviction threshold of the node file system, in percent
+    /// available (upstream: 10).
+    pub eviction_nodefs_percent: u64,
     pub kubelet_port: i32,
     pub kubelet_version: String,
 }
@@ -212,7 +215,11 @@ impl NodeConfig {
         // Upstream's default eviction threshold for nodefs: 10% available.
         allocatable.insert(
             "ephemeral-storage".into(),
-            quantity((machine.ephemeral_storage_bytes / 10 * 9).to_string()),
+            quantity(
+                (machine.ephemeral_storage_bytes / 100
+                    * (100 - self.eviction_nodefs_percent.min(100)))
+                .to_string(),
+            ),
         );
         let time = crate::api_time(now);
         let old = |kind: &str| {
@@ -345,8 +352,9 @@ impl NodeConfig {
     }
 }
 
-/// Upstream's default hard eviction signals, measured: memory.available
-/// below 100Mi, nodefs.available below 10%. (PIDs have no default
+/// The hard eviction signals, measured against the node's thresholds
+/// (upstream's defaults: memory.available below 100Mi, nodefs.available
+/// below 10%). (PIDs have no default
 /// threshold upstream: PIDPressure stays False.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pressure {
@@ -356,15 +364,17 @@ pub struct Pressure {
 
 impl Pressure {
     /// This machine now, with `root_dir` the file system the agent's
-    /// data lives on.
-    pub fn measure(root_dir: &std::path::Path) -> Pressure {
+    /// data lives on, against the node's thresholds.
+    pub fn measure(root_dir: &std::path::Path, config: &NodeConfig) -> Pressure {
         let available_kb = read_trimmed("/proc/meminfo")
             .lines()
             .find_map(|l| l.strip_prefix("MemAvailable:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
-        let memory = available_kb.is_some_and(|kb| kb * 1024 < 100 << 20);
+        let memory = available_kb.is_some_and(|kb| kb * 1024 < config.eviction_memory_bytes);
         let disk = rustix::fs::statvfs(root_dir)
-            .map(|s| s.f_blocks > 0 && s.f_bavail * 10 < s.f_blocks)
+            .map(|s| {
+                s.f_blocks > 0 && s.f_bavail * 100 < s.f_blocks * config.eviction_nodefs_percent
+            })
             .unwrap_or(false);
         Pressure { memory, disk }
     }
@@ -501,6 +511,7 @@ mod tests {
             reserved_cpu_millis: 0,
             reserved_memory_bytes: 0,
             eviction_memory_bytes: 100 << 20,
+            eviction_nodefs_percent: 10,
             kubelet_port: 10250,
             kubelet_version: "v1.33.0".into(),
         }

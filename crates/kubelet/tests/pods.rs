@@ -291,9 +291,12 @@ async fn a_missing_image_is_err_image_pull() {
         json!([{"name": "app", "image": "rudder.local/none:1"}]),
     )
     .await;
+    // ErrImagePull, and at once ImagePullBackOff (a status write wakes the
+    // worker again): either may be what the API shows first.
     let pod = node
         .status_of("nope", |p| {
-            container_state(p)["state"]["waiting"]["reason"] == "ErrImagePull"
+            let reason = container_state(p)["state"]["waiting"]["reason"].clone();
+            reason == "ErrImagePull" || reason == "ImagePullBackOff"
         })
         .await;
     assert_eq!(phase(&pod), "Pending");

@@ -66,6 +66,11 @@ pub struct ServerArgs {
     #[arg(long, default_value = "10.43.0.0/16")]
     pub service_cidr: String,
 
+    /// The agent's hard eviction thresholds, as upstream's kubelet takes
+    /// them: the node reports MemoryPressure or DiskPressure below them.
+    #[arg(long, default_value = "memory.available<100Mi,nodefs.available<10%")]
+    pub eviction_hard: String,
+
     /// The bridge the agent attaches pods to; its nftables table has the
     /// same name. (Two agents on one machine need two.)
     #[arg(long, default_value = "rudder0")]
@@ -348,6 +353,11 @@ fn agent_options(args: &ServerArgs) -> anyhow::Result<rudder_kubelet::agent::Opt
     options.control_plane = true;
     options.container_runtime_endpoint = args.container_runtime_endpoint.clone();
     options.node_ip = args.node_ip;
+    (
+        options.eviction_memory_bytes,
+        options.eviction_nodefs_percent,
+    ) = parse_eviction_hard(&args.eviction_hard)
+        .map_err(|e| anyhow::anyhow!("--eviction-hard: {e}"))?;
     options.bridge = args.cni_bridge.clone();
     options.nftables_table = args.cni_bridge.clone();
     options.cluster_cidr = args
@@ -359,6 +369,34 @@ fn agent_options(args: &ServerArgs) -> anyhow::Result<rudder_kubelet::agent::Opt
         .parse()
         .map_err(|e| anyhow::anyhow!("--service-cidr: {e}"))?;
     Ok(options)
+}
+
+/// `memory.available<100Mi,nodefs.available<10%` as (bytes, percent);
+/// a signal left out keeps upstream's default.
+fn parse_eviction_hard(text: &str) -> Result<(u64, u64), String> {
+    let (mut memory, mut nodefs) = (100u64 << 20, 10u64);
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (signal, value) = part
+            .split_once('<')
+            .ok_or_else(|| format!("{part:?}: expected SIGNAL<VALUE"))?;
+        match signal {
+            "memory.available" => {
+                let q = rudder_api::quantity::Quantity::parse(value)
+                    .map_err(|e| format!("{value:?}: {e}"))?;
+                memory =
+                    u64::try_from(q.value()).map_err(|_| format!("{value:?}: out of range"))?;
+            }
+            "nodefs.available" => {
+                nodefs = value
+                    .strip_suffix('%')
+                    .and_then(|p| p.parse::<u64>().ok())
+                    .filter(|p| *p <= 100)
+                    .ok_or_else(|| format!("{value:?}: expected a percentage"))?;
+            }
+            other => return Err(format!("unsupported signal {other:?}")),
+        }
+    }
+    Ok((memory, nodefs))
 }
 
 /// This machine's host name, lower-cased as a node name must be.
@@ -416,6 +454,20 @@ mod tests {
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
         prepare_data_dir(&shared).expect("left alone");
         assert_eq!(mode(&shared), 0o1777);
+    }
+
+    #[test]
+    fn eviction_thresholds_are_read_as_upstream_writes_them() {
+        assert_eq!(
+            parse_eviction_hard(&parse(&[]).eviction_hard),
+            Ok((100 << 20, 10))
+        );
+        assert_eq!(
+            parse_eviction_hard("memory.available<1Gi,nodefs.available<1%"),
+            Ok((1 << 30, 1))
+        );
+        assert!(parse_eviction_hard("imagefs.available<15%").is_err());
+        assert!(parse_eviction_hard("nodefs.available<150%").is_err());
     }
 
     #[test]

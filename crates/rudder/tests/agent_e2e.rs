@@ -91,6 +91,12 @@ impl Cluster {
             .arg(&self.data)
             .args(["--node-name", "e2e-node", "--node-ip", "127.0.0.1"])
             .args(["--cluster-cidr", CLUSTER_CIDR, "--cni-bridge", BRIDGE])
+            // A shared build machine's disk may well be past upstream's 10%:
+            // DiskPressure would taint the node and nothing would schedule.
+            .args([
+                "--eviction-hard",
+                "memory.available<1Mi,nodefs.available<1%",
+            ])
             .env("RUDDER_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)

@@ -28,8 +28,9 @@ use super::volumes;
 use crate::cri::Runtime;
 use crate::node::FIELD_MANAGER;
 
-/// How often a worker syncs its pod when nothing happens.
-const RESYNC: Duration = Duration::from_secs(10);
+/// How often a worker syncs its pod when nothing happens (upstream: 1 min;
+/// the relist wakes it at once when its containers change).
+const RESYNC: Duration = Duration::from_secs(30);
 /// How soon a failed step is tried again.
 const RETRY: Duration = Duration::from_secs(2);
 
