@@ -79,12 +79,16 @@ impl Node {
     }
 
     async fn create(&self, name: &str, policy: &str, containers: serde_json::Value) -> Pod {
-        let pod: Pod = serde_json::from_value(json!({
+        self.create_json(json!({
             "metadata": {"name": name},
             "spec": {"nodeName": NODE, "restartPolicy": policy, "containers": containers,
                      "terminationGracePeriodSeconds": 7}
         }))
-        .expect("pod");
+        .await
+    }
+
+    async fn create_json(&self, pod: serde_json::Value) -> Pod {
+        let pod: Pod = serde_json::from_value(pod).expect("pod");
         self.pods()
             .create(&PostParams::default(), &pod)
             .await
@@ -375,16 +379,12 @@ async fn readiness_follows_the_readiness_probe_and_a_failed_liveness_probe_resta
 #[tokio::test]
 async fn a_pod_past_its_active_deadline_is_failed_deadline_exceeded() {
     let node = Node::start().await;
-    let pod: Pod = serde_json::from_value(json!({
+    node.create_json(json!({
         "metadata": {"name": "deadline"},
         "spec": {"nodeName": NODE, "activeDeadlineSeconds": 1,
                  "containers": [{"name": "app", "image": IMAGE}]}
     }))
-    .expect("pod");
-    node.pods()
-        .create(&PostParams::default(), &pod)
-        .await
-        .expect("create");
+    .await;
     let pod = node.status_of("deadline", |p| phase(p) == "Failed").await;
     let status = pod.status.expect("status");
     assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
@@ -444,16 +444,12 @@ async fn image_pull_secrets_are_the_pulls_credentials() {
         .create(&PostParams::default(), &secret)
         .await
         .expect("secret");
-    let pod: Pod = serde_json::from_value(json!({
+    node.create_json(json!({
         "metadata": {"name": "private"},
         "spec": {"nodeName": NODE, "imagePullSecrets": [{"name": "regcred"}],
                  "containers": [{"name": "app", "image": "registry.test:5000/app:1"}]}
     }))
-    .expect("pod");
-    node.pods()
-        .create(&PostParams::default(), &pod)
-        .await
-        .expect("create");
+    .await;
     node.status_of("private", |p| {
         container_state(p)["state"]["waiting"]["reason"] == "ErrImagePull"
     })
@@ -468,5 +464,45 @@ async fn image_pull_secrets_are_the_pulls_credentials() {
         .position(|c| c == "PullImage registry.test:5000/app:1")
         .expect("then without");
     assert!(robot < anonymous, "{calls:?}");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn sidecars_run_beside_the_containers_and_stop_after_them() {
+    let node = Node::start().await;
+    node.create_json(json!({
+        "metadata": {"name": "sidecar"},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 3,
+                 "initContainers": [{"name": "proxy", "image": IMAGE, "restartPolicy": "Always"}],
+                 "containers": [{"name": "app", "image": IMAGE}]}
+    }))
+    .await;
+    let pod = node
+        .status_of("sidecar", |p| {
+            phase(p) == "Running" && rudder_runtime::meta::pod::is_ready(p)
+        })
+        .await;
+    let conditions = pod.status.and_then(|s| s.conditions).unwrap_or_default();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Initialized" && c.status == "True"),
+        "{conditions:?}"
+    );
+    let proxy = node.runtime.running("proxy").remove(0).id;
+    let app = node.runtime.running("app").remove(0).id;
+    node.pods()
+        .delete("sidecar", &DeleteParams::default())
+        .await
+        .expect("delete");
+    node.wait_no_sandboxes("the pod removed").await;
+    let calls = node.runtime.calls();
+    let at = |id: &str| {
+        calls
+            .iter()
+            .position(|c| c.starts_with(&format!("StopContainer {id} ")))
+            .expect("stopped")
+    };
+    assert!(at(&app) < at(&proxy), "the sidecar stops last: {calls:?}");
     node.stop().await;
 }

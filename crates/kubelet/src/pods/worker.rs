@@ -166,15 +166,32 @@ fn grace_period(pod: &Pod) -> i64 {
 async fn kill(shared: &Shared, pod: &Pod, observed: &Observed) -> Result<(), SyncError> {
     let grace = grace_period(pod);
     let pod_ip = observed.ready_sandbox().and_then(|s| s.ip.clone());
-    let stops = observed
-        .instances
+    // The containers first, together; then the sidecars, one by one in
+    // the reverse of their order, so they serve the containers to the end.
+    let sidecars: Vec<String> = pod
+        .spec
         .iter()
-        .filter(|i| i.running())
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .filter(|c| super::plan::is_sidecar(c))
+        .map(|c| c.name.clone())
+        .collect();
+    let running = observed.instances.iter().filter(|i| i.running());
+    let (last, first): (Vec<_>, Vec<_>) = running.partition(|i| sidecars.contains(&i.name));
+    let stops = first
+        .into_iter()
         .map(|i| stop_container(shared, pod, i, pod_ip.as_deref(), grace, None));
     for result in join_all(stops).await {
         match result {
             Err(e) if !e.is_not_found() => return Err(e.into()),
             _ => {}
+        }
+    }
+    for name in sidecars.iter().rev() {
+        for i in last.iter().filter(|i| &i.name == name) {
+            match stop_container(shared, pod, i, pod_ip.as_deref(), grace, None).await {
+                Err(e) if !e.is_not_found() => return Err(e.into()),
+                _ => {}
+            }
         }
     }
     for sandbox in observed.sandboxes.iter().filter(|s| s.ready) {
