@@ -58,6 +58,10 @@ pub struct Cache {
     expired_at: Option<Instant>,
 }
 
+fn has_affinity_pods(info: &NodeInfo) -> bool {
+    info.pods_with_affinity > 0
+}
+
 /// What the entry of a present node holds while the list's copy changes.
 fn placeholder() -> Arc<NodeInfo> {
     static EMPTY: std::sync::OnceLock<Arc<NodeInfo>> = std::sync::OnceLock::new();
@@ -154,7 +158,17 @@ impl Cache {
     /// Puts a node's changed info in the list snapshots share.
     fn refresh(&mut self, name: &str) {
         if let (Some(&at), Some(entry)) = (self.index.get(name), self.nodes.get(name)) {
+            let had = has_affinity_pods(&self.list[at]);
             Arc::make_mut(&mut self.list)[at] = entry.info.clone();
+            self.affinity_may_change(had, at);
+        }
+    }
+
+    /// Forgets the positions of nodes with affinity pods only if the node
+    /// at `at` joined or left them: a cycle would otherwise walk every
+    /// node to find them again after each assumption.
+    fn affinity_may_change(&mut self, had: bool, at: usize) {
+        if had != has_affinity_pods(&self.list[at]) {
             self.with_affinity = None;
         }
     }
@@ -167,13 +181,14 @@ impl Cache {
         match at {
             Some(at) if entry.present => {
                 entry.info = placeholder();
+                let had = has_affinity_pods(&self.list[at]);
                 let list = Arc::make_mut(&mut self.list);
                 change(Arc::make_mut(&mut list[at]));
                 let info = list[at].clone();
                 if let Some(entry) = self.nodes.get_mut(name) {
                     entry.info = info;
                 }
-                self.with_affinity = None;
+                self.affinity_may_change(had, at);
             }
             _ => change(Arc::make_mut(&mut entry.info)),
         }
@@ -423,6 +438,31 @@ mod tests {
         assert!(cache.snapshot().get("n1").expect("n1").pods.is_empty());
         cache.assume(Arc::new(PodInfo::new(pod("c", None))), "n1");
         assert_eq!(cache.snapshot().get("n1").expect("n1").pods.len(), 1);
+    }
+
+    #[test]
+    fn nodes_with_affinity_pods_follow_the_pods() {
+        let mut cache = Cache::new();
+        cache.set_node(node("n1"));
+        cache.set_node(node("n2"));
+        let anti: Arc<Pod> = Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "anti", "namespace": "default"},
+                "spec": {"containers": [{"name": "c"}], "affinity": {"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [{
+                        "labelSelector": {"matchLabels": {"a": "b"}},
+                        "topologyKey": "kubernetes.io/hostname"}]}}},
+            }))
+            .expect("pod"),
+        );
+        assert!(cache.snapshot().with_affinity_pods.is_empty());
+        cache.assume(Arc::new(PodInfo::new(anti)), "n2");
+        assert_eq!(*cache.snapshot().with_affinity_pods, [1]);
+        // A plain pod beside it changes nothing; its going empties the list.
+        cache.assume(Arc::new(PodInfo::new(pod("plain", None))), "n2");
+        assert_eq!(*cache.snapshot().with_affinity_pods, [1]);
+        cache.forget("default/anti");
+        assert!(cache.snapshot().with_affinity_pods.is_empty());
     }
 
     #[test]

@@ -89,7 +89,11 @@ impl Resource {
 
     /// The amount of a named resource (`cpu` in thousandths).
     pub fn get(&self, name: &str) -> i64 {
-        self.amount(&ResourceName::from(name))
+        match ResourceName::builtin(name) {
+            Some(builtin) => self.amount(&builtin),
+            // No name allocated per call: Fit asks per node and resource.
+            None => self.scalar.get(name).copied().unwrap_or(0),
+        }
     }
 
     /// The same, by a name resolved once (what scoring uses per node).
@@ -115,15 +119,22 @@ pub enum ResourceName {
     Scalar(String),
 }
 
+impl ResourceName {
+    /// The resources counted in fields of their own.
+    fn builtin(name: &str) -> Option<ResourceName> {
+        match name {
+            "cpu" => Some(ResourceName::Cpu),
+            "memory" => Some(ResourceName::Memory),
+            "ephemeral-storage" => Some(ResourceName::EphemeralStorage),
+            "pods" => Some(ResourceName::Pods),
+            _ => None,
+        }
+    }
+}
+
 impl From<&str> for ResourceName {
     fn from(name: &str) -> Self {
-        match name {
-            "cpu" => ResourceName::Cpu,
-            "memory" => ResourceName::Memory,
-            "ephemeral-storage" => ResourceName::EphemeralStorage,
-            "pods" => ResourceName::Pods,
-            other => ResourceName::Scalar(other.to_string()),
-        }
+        ResourceName::builtin(name).unwrap_or_else(|| ResourceName::Scalar(name.to_string()))
     }
 }
 
