@@ -1,9 +1,8 @@
 //! The built-in resources, as upstream 1.33 serves them: short names,
 //! categories, verbs and subresources as its discovery documents list them,
 //! and each kind's [strategy](crate::strategy) — but only the subresources
-//! rudder serves (`pods/ephemeralcontainers`, `pods/resize`, `nodes/proxy`,
-//! `services/proxy` and `serviceaccounts/token` join when their components
-//! do).
+//! rudder serves (`pods/ephemeralcontainers`, `pods/resize`, `nodes/proxy`
+//! and `services/proxy` join when their components do).
 
 use std::borrow::Cow;
 
@@ -150,6 +149,13 @@ pub fn resources() -> Vec<ResourceDef> {
         },
         core::v1::ServiceAccount {
             short_names: &["sa"],
+            subresources: &[sub(
+                "token",
+                "authentication.k8s.io",
+                "v1",
+                "TokenRequest",
+                CREATE
+            )],
             strategy: &strategy::SERVICE_ACCOUNT,
         },
         core::v1::Service {

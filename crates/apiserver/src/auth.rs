@@ -4,6 +4,12 @@
 //! upstream's default RBAC allows (`system:public-info-viewer`); any
 //! authenticated user may also read discovery (`system:discovery`).
 //!
+//! ServiceAccounts (`system:serviceaccounts`) are authenticated by their
+//! tokens and get what upstream's default RBAC gives an account that no
+//! RoleBinding names: discovery, health and version, and service account
+//! issuer discovery — nothing of the resources; never `system:masters`
+//! (docs/compatibility.md).
+//!
 //! There is no RBAC yet. Until there is, the control plane's own components
 //! — `system:kube-controller-manager`, `system:kube-scheduler` and the node
 //! agents (`system:nodes`) — may do everything, as `system:masters` may:
@@ -52,7 +58,22 @@ impl User {
     }
 }
 
-const PUBLIC_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version", "/version/"];
+/// What anyone may read: health and version (`system:public-info-viewer`)
+/// and the cluster CA at `/cacerts`, which joining agents check against
+/// the hash in their join token (k3s serves it the same way).
+const PUBLIC_PATHS: &[&str] = &[
+    "/healthz",
+    "/livez",
+    "/readyz",
+    "/version",
+    "/version/",
+    "/cacerts",
+];
+
+/// Service account issuer discovery, which upstream's
+/// `system:service-account-issuer-discovery` role grants to the group
+/// `system:serviceaccounts`.
+const ISSUER_DISCOVERY_PATHS: &[&str] = &["/.well-known/openid-configuration", "/openid/v1/jwks"];
 
 /// What `system:discovery` lets every authenticated user read.
 const DISCOVERY_PATHS: &[&str] = &["/api", "/apis", "/openapi"];
@@ -83,6 +104,10 @@ pub fn authorize(user: &User, path: &str, verb: &str) -> Result<(), Status> {
     if bootstrapper && is_csr_path(path) && matches!(verb, "create" | "get" | "list" | "watch") {
         return Ok(());
     }
+    let service_account = user.groups.iter().any(|g| g == "system:serviceaccounts");
+    if service_account && verb == "get" && ISSUER_DISCOVERY_PATHS.contains(&path) {
+        return Ok(());
+    }
     let authenticated = user.groups.iter().any(|g| g == "system:authenticated");
     if authenticated && verb == "get" && under(DISCOVERY_PATHS) && !crate::path::is_resource(path) {
         return Ok(());
@@ -91,6 +116,44 @@ pub fn authorize(user: &User, path: &str, verb: &str) -> Result<(), Status> {
         "forbidden: User {:?} cannot {verb} path {path:?}",
         user.name
     )))
+}
+
+/// Upstream's 403 for a resource request: `pods "web" is forbidden: User
+/// "…" cannot get resource "pods" in API group "" in the namespace "…"`.
+pub fn forbidden_resource(user: &User, verb: &str, resource: &crate::path::ResourcePath) -> Status {
+    let def = &resource.def;
+    let name = resource.name.as_deref().unwrap_or_default();
+    let qualified = if def.group.is_empty() {
+        def.plural.clone()
+    } else {
+        format!("{}.{}", def.plural, def.group)
+    };
+    let full = match &resource.subresource {
+        Some(sub) => format!("{}/{sub}", def.plural),
+        None => def.plural.clone(),
+    };
+    let scope = match &resource.namespace {
+        Some(ns) => format!("in the namespace {ns:?}"),
+        None => "at the cluster scope".to_string(),
+    };
+    let reason = format!(
+        "User {:?} cannot {verb} resource {full:?} in API group {:?} {scope}",
+        user.name, def.group
+    );
+    let message = if name.is_empty() {
+        format!("{qualified} is forbidden: {reason}")
+    } else {
+        format!("{qualified} {name:?} is forbidden: {reason}")
+    };
+    Status {
+        details: Some(Box::new(rudder_api::status::Details {
+            group: def.group.clone(),
+            kind: def.plural.clone(),
+            name: name.to_string(),
+            uid: String::new(),
+        })),
+        ..Status::forbidden(message)
+    }
 }
 
 /// A URL of CertificateSigningRequests themselves (not a subresource).

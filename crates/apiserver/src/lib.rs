@@ -3,6 +3,7 @@
 //! every resource of the registry (ARCHITECTURE.md §4, docs/apiserver.md).
 
 pub mod auth;
+pub mod authn;
 pub mod cache;
 mod crd;
 mod discovery;
@@ -70,9 +71,15 @@ async fn metrics(AxumState(state): AxumState<Arc<State>>) -> Response {
 }
 
 /// Authentication and authorization of paths that are not resources
-/// (resource requests are authorized by verb in the dispatcher).
-async fn authorize_paths(request: Request, next: Next) -> Response {
-    let user = request
+/// (resource requests are authorized by verb in the dispatcher). A request
+/// without a client certificate is authenticated by its bearer token, if
+/// it has one; any other `Authorization` is refused.
+async fn authorize_paths(
+    AxumState(state): AxumState<Arc<State>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let mut user = request
         .extensions()
         .get::<User>()
         .cloned()
@@ -82,7 +89,16 @@ async fn authorize_paths(request: Request, next: Next) -> Response {
             .headers()
             .contains_key(axum::http::header::AUTHORIZATION)
     {
-        return ApiError(Status::unauthorized("Unauthorized")).into_response();
+        let Some(token) = authn::bearer(request.headers()) else {
+            return ApiError(Status::unauthorized("Unauthorized")).into_response();
+        };
+        match authn::authenticate(&state, token).await {
+            Ok(authenticated) => {
+                user = authenticated;
+                request.extensions_mut().insert(user.clone());
+            }
+            Err(status) => return ApiError(status).into_response(),
+        }
     }
     let path = request.uri().path();
     if !path::is_resource(path)
@@ -91,6 +107,49 @@ async fn authorize_paths(request: Request, next: Next) -> Response {
         return ApiError(status).into_response();
     }
     next.run(request).await
+}
+
+/// A JSON document of the token issuer, 404 without one.
+fn issuer_document(
+    state: &State,
+    content_type: &'static str,
+    document: fn(&authn::serviceaccount::Issuer) -> serde_json::Value,
+) -> Response {
+    let Some(issuer) = state.issuer() else {
+        return ApiError(Status::not_found_path("service account issuer discovery"))
+            .into_response();
+    };
+    let body = serde_json::to_vec(&document(&issuer)).unwrap_or_default();
+    let mut response = (StatusCode::OK, body).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+async fn openid_configuration(AxumState(state): AxumState<Arc<State>>) -> Response {
+    issuer_document(&state, "application/json", authn::openid_configuration)
+}
+
+async fn jwks(AxumState(state): AxumState<Arc<State>>) -> Response {
+    issuer_document(&state, "application/jwk-set+json", authn::jwks)
+}
+
+/// `/cacerts`: the cluster CA (PEM), k3s's endpoint for joining agents,
+/// which check it against the hash in their join token.
+async fn cacerts(AxumState(state): AxumState<Arc<State>>) -> Response {
+    match state.ca_bundle.get() {
+        Some(pem) => {
+            let mut response = (StatusCode::OK, pem.clone()).into_response();
+            response.headers_mut().insert(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            response
+        }
+        None => ApiError(Status::not_found_path("/cacerts")).into_response(),
+    }
 }
 
 /// The API server's router (no socket: tests call it directly).
@@ -119,8 +178,17 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/swagger-2.0.0.pb-v1", get(openapi::v2_legacy_protobuf))
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*path}", get(openapi::v3))
+        .route(
+            "/.well-known/openid-configuration",
+            get(openid_configuration),
+        )
+        .route("/openid/v1/jwks", get(jwks))
+        .route("/cacerts", get(cacerts))
         .fallback(rest::dispatch)
-        .layer(middleware::from_fn(authorize_paths))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            authorize_paths,
+        ))
         .with_state(state)
 }
 

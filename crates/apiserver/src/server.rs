@@ -158,6 +158,20 @@ impl Server {
             }
             None => (None, IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 6443, None),
         };
+        let key_path = tls::TlsFiles::new(&options.data_dir).service_account_key();
+        let key = tokio::task::spawn_blocking(move || {
+            crate::authn::jwt::SigningKey::load_or_create(&key_path)
+        })
+        .await??;
+        state.set_issuer(crate::authn::serviceaccount::Issuer::new(
+            key,
+            crate::authn::serviceaccount::DEFAULT_ISSUER,
+        ));
+        if options.listen.is_some() {
+            let ca = tls::TlsFiles::new(&options.data_dir).ca_cert();
+            let pem = std::fs::read(&ca).with_context(|| format!("read {}", ca.display()))?;
+            let _ = state.ca_bundle.set(pem.into());
+        }
         let storage = state.storage();
         storage.bootstrap_namespaces().await?;
         storage.bootstrap_priority_classes().await?;

@@ -54,6 +54,12 @@ pub struct State {
     inflight_limit: usize,
     /// Quota admission's per-namespace serialization.
     pub quota_locks: crate::storage::QuotaLocks,
+    /// The ServiceAccount token issuer (a server with a data directory
+    /// has one; TokenRequest and bearer tokens need it).
+    issuer: std::sync::OnceLock<Arc<crate::authn::serviceaccount::Issuer>>,
+    /// The cluster CA certificate (PEM) of a listening server, served
+    /// anonymously at `/cacerts` for agents joining (k3s's endpoint).
+    pub ca_bundle: std::sync::OnceLock<Bytes>,
 }
 
 /// Requests served at once before 429 (upstream's max-requests-inflight
@@ -88,6 +94,8 @@ impl State {
             inflight: Arc::new(tokio::sync::Semaphore::new(limit)),
             inflight_limit: limit,
             quota_locks: Default::default(),
+            issuer: Default::default(),
+            ca_bundle: Default::default(),
         })
     }
 }
@@ -115,6 +123,16 @@ impl State {
     pub fn set_registry(&self, registry: Arc<Registry>) {
         let mut current = self.registry.write().unwrap_or_else(|e| e.into_inner());
         *current = (current.0 + 1, registry);
+    }
+
+    /// The ServiceAccount token issuer, if the server has one.
+    pub fn issuer(&self) -> Option<Arc<crate::authn::serviceaccount::Issuer>> {
+        self.issuer.get().cloned()
+    }
+
+    /// Sets the token issuer (once; later calls are ignored).
+    pub fn set_issuer(&self, issuer: crate::authn::serviceaccount::Issuer) {
+        let _ = self.issuer.set(Arc::new(issuer));
     }
 
     /// Requests being served now (watches excepted).

@@ -39,6 +39,10 @@ impl TlsFiles {
     fn server_key(&self) -> PathBuf {
         self.dir.join("server.key")
     }
+    /// The key ServiceAccount tokens are signed with (ES256).
+    pub fn service_account_key(&self) -> PathBuf {
+        self.dir.join("service-account.key")
+    }
     pub fn admin_cert(&self) -> PathBuf {
         self.dir.join("admin.crt")
     }
@@ -47,7 +51,8 @@ impl TlsFiles {
     }
 }
 
-fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+/// Writes `contents` to `path`, readable by its owner only.
+pub fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()

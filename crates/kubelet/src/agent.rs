@@ -241,6 +241,7 @@ async fn run_with(
         runtime_name: version.runtime_name,
         allocatable_cpu_millis,
         allocatable_memory,
+        tokens: Default::default(),
     });
     let informers = Informers::new(client, stop.child_token());
     pods::run(shared, &informers, &options.node_name, stop.clone()).await;

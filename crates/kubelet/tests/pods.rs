@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams};
 use rudder_harness::{ControlPlane, Identity, eventually};
 use rudder_kubelet::cri::Runtime;
@@ -49,6 +49,7 @@ impl Node {
             host_ports: tokio::sync::watch::Sender::new(Vec::new()),
             allocatable_cpu_millis: 2000,
             allocatable_memory: 4 << 30,
+            tokens: Default::default(),
         });
         // What the root CA publisher makes in every namespace, for the
         // kube-api-access volume admission adds to every pod.
@@ -60,6 +61,19 @@ impl Node {
             .create(&PostParams::default(), &root_ca)
             .await
             .expect("kube-root-ca.crt");
+        // And the account every pod runs as, which its projected token
+        // is asked for.
+        let account: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": "default"}})).expect("account");
+        if let Err(error) = Api::<ServiceAccount>::namespaced(plane.admin(), "default")
+            .create(&PostParams::default(), &account)
+            .await
+        {
+            assert!(
+                matches!(&error, kube::Error::Api(s) if s.code == 409),
+                "{error}"
+            );
+        }
         let stop = CancellationToken::new();
         let (s, c) = (stop.clone(), client);
         let task = tokio::spawn(async move {
@@ -504,5 +518,53 @@ async fn sidecars_run_beside_the_containers_and_stop_after_them() {
             .expect("stopped")
     };
     assert!(at(&app) < at(&proxy), "the sidecar stops last: {calls:?}");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn the_projected_token_is_a_token_bound_to_the_pod() {
+    let node = Node::start().await;
+    let pod = node
+        .create("reader", "Always", json!([{"name": "app", "image": IMAGE}]))
+        .await;
+    node.status_of("reader", |p| phase(p) == "Running").await;
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let volume = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .and_then(|v| v.iter().find(|v| v.name.starts_with("kube-api-access-")))
+        .expect("the kube-api-access volume")
+        .name
+        .clone();
+    let dir = node
+        .plane
+        .data_dir()
+        .join("pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~projected")
+        .join(volume);
+    let token = std::fs::read_to_string(dir.join("token")).expect("the token file");
+    use base64::Engine;
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token.split('.').nth(1).expect("a JWT"))
+            .expect("base64url"),
+    )
+    .expect("claims");
+    assert_eq!(claims["sub"], "system:serviceaccount:default:default");
+    assert_eq!(claims["kubernetes.io"]["pod"]["uid"], json!(uid));
+    assert_eq!(
+        claims["kubernetes.io"]["warnafter"]
+            .as_i64()
+            .expect("warnafter")
+            - claims["iat"].as_i64().expect("iat"),
+        3607,
+        "the admission's 3607 s, extended"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("namespace")).expect("namespace"),
+        "default"
+    );
     node.stop().await;
 }

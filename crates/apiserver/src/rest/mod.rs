@@ -7,6 +7,7 @@ mod components;
 pub(crate) mod objects;
 mod read;
 mod subresource;
+mod token;
 mod watch;
 mod write;
 
@@ -229,7 +230,8 @@ async fn serve(
         .get::<User>()
         .cloned()
         .unwrap_or_else(User::anonymous);
-    auth::authorize(&user, &uri_path, verb.as_str())?;
+    auth::authorize(&user, &uri_path, verb.as_str())
+        .map_err(|_| auth::forbidden_resource(&user, verb.as_str(), &resource))?;
     let allowed = match &resource.subresource {
         Some(sub) => resource
             .def

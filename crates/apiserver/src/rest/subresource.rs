@@ -47,6 +47,7 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
         }
         ("binding", Verb::Create) => bind(ctx, object_body(ctx, &body)?).await,
         ("eviction", Verb::Create) => evict(ctx, object_body(ctx, &body)?).await,
+        ("token", Verb::Create) => super::token::create(ctx, body).await,
         ("finalize", Verb::Update) => {
             let object = object_body(ctx, &body)?;
             let finalizers = object.pointer("/spec/finalizers").cloned();

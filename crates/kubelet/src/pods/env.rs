@@ -22,6 +22,8 @@ use crate::cri::v1::KeyValue;
 pub struct Sources {
     pub config_maps: HashMap<String, Option<BTreeMap<String, String>>>,
     pub secrets: HashMap<String, Option<BTreeMap<String, String>>>,
+    /// Projected ServiceAccount tokens, by audience and lifetime.
+    pub tokens: BTreeMap<String, String>,
 }
 
 /// What the environment needs to know of the node and the pod's sandbox.
@@ -341,6 +343,7 @@ mod tests {
                 ("gone".to_string(), None),
             ]
             .into(),
+            tokens: Default::default(),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod observed;
 pub mod plan;
 pub mod probe;
 pub mod status;
+pub mod tokens;
 pub mod volumes;
 pub mod worker;
 

@@ -3,8 +3,9 @@
 //! `<agent>/pods/<uid>/volumes/<plugin>/<name>`, bind-mounted into the
 //! containers by CRI. emptyDir (on disk, or tmpfs for `medium: Memory`
 //! with its sizeLimit), hostPath, configMap, secret (on tmpfs, never on
-//! disk), downwardAPI, projected (ConfigMaps, Secrets, downward API; the
-//! ServiceAccount token once the API server issues them), and claims bound
+//! disk), downwardAPI, projected (ConfigMaps, Secrets, downward API, and
+//! ServiceAccount tokens from TokenRequest, kept fresh by
+//! [`super::tokens`]), and claims bound
 //! to hostPath or local PersistentVolumes. ConfigMap, Secret, downward API
 //! and projected contents are written as upstream's atomic writer does —
 //! a `..data` symlink swapped to a new timestamped directory — so they
@@ -209,9 +210,16 @@ pub fn files_of(
             )
         } else if let Some(d) = &source.downward_api {
             downward(pod, d.items.as_deref().unwrap_or_default(), mode, context)
+        } else if let Some(t) = &source.service_account_token {
+            let key = token_key(t.audience.as_deref(), t.expiration_seconds);
+            match sources.tokens.get(&key) {
+                Some(token) => Ok(Files::from([(
+                    t.path.clone(),
+                    (token.clone().into_bytes(), mode),
+                )])),
+                None => Err(format!("no service account token for {}", t.path)),
+            }
         } else {
-            // serviceAccountToken: the API server does not issue bound
-            // tokens yet (TokenRequest); the file is left out.
             Ok(Files::new())
         };
         match part {
@@ -374,11 +382,63 @@ async fn claim_path(client: &Client, pod: &Pod, claim: &str) -> Result<PathBuf, 
         .ok_or_else(|| format!("persistentvolume \"{volume}\" is neither hostPath nor local: not supported on this node"))
 }
 
-/// Where volumes go, and whether memory-backed ones get tmpfs.
+/// Where volumes go, and whether memory-backed ones get tmpfs; the
+/// agent's ServiceAccount tokens.
 #[derive(Debug, Clone, Copy)]
 pub struct Root<'a> {
     pub dir: &'a Path,
     pub tmpfs: bool,
+    pub tokens: &'a super::tokens::Tokens,
+}
+
+/// How a projected token source is known in [`Sources::tokens`].
+fn token_key(audience: Option<&str>, expiration_seconds: Option<i64>) -> String {
+    format!(
+        "{}/{}",
+        audience.unwrap_or_default(),
+        expiration_seconds.unwrap_or(super::tokens::DEFAULT_EXPIRATION_SECONDS)
+    )
+}
+
+/// The tokens `pod`'s projected volumes ask for, by [`token_key`].
+async fn fetch_tokens(
+    client: &Client,
+    tokens: &super::tokens::Tokens,
+    pod: &Pod,
+) -> Result<BTreeMap<String, String>, MountError> {
+    let mut found = BTreeMap::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        for source in volume
+            .projected
+            .iter()
+            .flat_map(|p| p.sources.iter().flatten())
+        {
+            let Some(t) = &source.service_account_token else {
+                continue;
+            };
+            let key = token_key(t.audience.as_deref(), t.expiration_seconds);
+            if found.contains_key(&key) {
+                continue;
+            }
+            let expiration = t
+                .expiration_seconds
+                .unwrap_or(super::tokens::DEFAULT_EXPIRATION_SECONDS);
+            let token = tokens
+                .get(
+                    client,
+                    pod,
+                    t.audience.as_deref().unwrap_or_default(),
+                    expiration,
+                    now,
+                )
+                .await?;
+            found.insert(key, token);
+        }
+    }
+    Ok(found)
 }
 
 /// Sets every volume of the pod up; returns each volume's host path.
@@ -388,7 +448,7 @@ pub async fn setup(
     pod: &Pod,
     context: &Context,
 ) -> Result<BTreeMap<String, PathBuf>, MountError> {
-    let (tmpfs_allowed, root) = (root.tmpfs, root.dir);
+    let (tmpfs_allowed, tokens, root) = (root.tmpfs, root.tokens, root.dir);
     let fs_group = pod
         .spec
         .as_ref()
@@ -396,9 +456,10 @@ pub async fn setup(
         .and_then(|c| c.fs_group);
     let uid = pod.uid().unwrap_or_default();
     let (config_maps, secrets) = referenced(pod);
-    let sources = Sources::fetch(client, pod, config_maps, secrets)
+    let mut sources = Sources::fetch(client, pod, config_maps, secrets)
         .await
         .map_err(|e| e.to_string())?;
+    sources.tokens = fetch_tokens(client, tokens, pod).await?;
     let mut paths = BTreeMap::new();
     for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let name = &volume.name;

@@ -55,6 +55,8 @@ pub struct Shared {
     /// The node's allocatable CPU (millicores) and memory (bytes).
     pub allocatable_cpu_millis: i128,
     pub allocatable_memory: i128,
+    /// The projected ServiceAccount tokens of the pods.
+    pub tokens: super::tokens::Tokens,
 }
 
 impl std::fmt::Debug for Shared {
@@ -290,6 +292,7 @@ async fn remove_all(shared: &Shared, uid: &str) -> Result<(), crate::cri::Error>
             .or_else(ignore_missing)?;
     }
     volumes::teardown(&shared.pods_dir, uid).await;
+    shared.tokens.forget(uid);
     Ok(())
 }
 
@@ -687,6 +690,7 @@ async fn sync(
         let root = volumes::Root {
             dir: &shared.pods_dir,
             tmpfs: shared.memory_volumes,
+            tokens: &shared.tokens,
         };
         match volumes::setup(&shared.client, root, pod, &context).await {
             Ok(paths) => memory.volumes = Some((paths, now)),
