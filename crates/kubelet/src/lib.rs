@@ -2,6 +2,7 @@
 //! node on a CRI v1 runtime and reports them.
 
 pub mod agent;
+pub mod bootstrap;
 pub mod containerd;
 pub mod cri;
 pub mod images;

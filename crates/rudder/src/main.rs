@@ -1,8 +1,10 @@
 //! `rudder`: Kubernetes in one small binary. This file is the CLI; the
 //! wiring of each subcommand lives in its own module.
 
+mod agent;
 mod explain;
 mod images;
+mod join;
 mod server;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +20,11 @@ struct Cli {
 enum Command {
     /// Run the control plane on this machine.
     Server(Box<server::ServerArgs>),
+    /// Join this machine to a cluster as a node (`--server URL --token
+    /// TOKEN`) and run its pods.
+    Agent(Box<agent::AgentArgs>),
+    /// Print the server's join token (for `rudder agent --token`).
+    Token(agent::TokenArgs),
     /// Explain why a pod is Pending (or went where it went): every node
     /// with each scheduler plugin's verdict and score.
     Explain(explain::ExplainArgs),
@@ -44,6 +51,8 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match cli.command {
         Command::Server(args) => runtime.block_on(server::run(*args)),
+        Command::Agent(args) => runtime.block_on(agent::run(*args)),
+        Command::Token(args) => agent::token(args),
         Command::Explain(args) => runtime.block_on(explain::run(args)),
         Command::Images(command) => runtime.block_on(images::run(command)),
         Command::Killall(args) => runtime.block_on(images::killall(args)),

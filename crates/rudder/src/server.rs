@@ -49,32 +49,12 @@ pub struct ServerArgs {
     #[arg(long)]
     pub disable_agent: bool,
 
-    /// The name of this machine's node (default: the host name).
-    #[arg(long, env = "RUDDER_NODE_NAME")]
-    pub node_name: Option<String>,
-
-    /// The agent uses this CRI runtime (`unix:///run/containerd/containerd.sock`)
-    /// instead of starting its own containerd.
-    #[arg(long)]
-    pub container_runtime_endpoint: Option<String>,
-
-    /// The node's address (default: the source address of the default route).
-    #[arg(long)]
-    pub node_ip: Option<std::net::IpAddr>,
+    #[command(flatten)]
+    pub node: crate::agent::NodeArgs,
 
     /// The CIDR Service ClusterIPs are allocated from (blackholed on the node).
     #[arg(long, default_value = "10.43.0.0/16")]
     pub service_cidr: String,
-
-    /// The agent's hard eviction thresholds, as upstream's kubelet takes
-    /// them: the node reports MemoryPressure or DiskPressure below them.
-    #[arg(long, default_value = "memory.available<100Mi,nodefs.available<10%")]
-    pub eviction_hard: String,
-
-    /// The bridge the agent attaches pods to; its nftables table has the
-    /// same name. (Two agents on one machine need two.)
-    #[arg(long, default_value = "rudder0")]
-    pub cni_bridge: String,
 
     /// Run no controllers (garbage collector, namespace lifecycle, …): the
     /// API server stores what it is given and nothing reconciles it.
@@ -192,7 +172,7 @@ async fn open_store(choice: StoreChoice) -> anyhow::Result<Arc<dyn Store>> {
 /// store, with every Secret, and the cluster's keys), as k3s keeps its
 /// server data dir; one that exists is tightened to 0700 unless it is a
 /// shared directory (sticky, like /tmp), which is left alone with a warning.
-fn prepare_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+pub(crate) fn prepare_data_dir(dir: &std::path::Path) -> anyhow::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -296,30 +276,22 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         });
     }
 
+    crate::join::ensure(&args.data_dir, server.client(&Identity::admin())).await?;
+    tracing::info!(
+        token_file = %crate::join::token_path(&args.data_dir).display(),
+        "agents join with: rudder agent --server https://<this server>:{} --token $(rudder token)",
+        args.port
+    );
+
     if !args.disable_agent {
-        let options = agent_options(&args)?;
+        let mut options = args.node.options(
+            args.data_dir.clone(),
+            &args.cluster_cidr,
+            &args.service_cidr,
+        )?;
+        options.control_plane = true;
         let client = server.client(&Identity::node(&options.node_name));
-        let stop = cancel.clone();
-        // A node agent that cannot start (no containerd, not root) is
-        // retried, as a kubelet waits for its runtime; the control plane
-        // serves on meanwhile.
-        tasks.spawn(async move {
-            loop {
-                let clock = rudder_runtime::clock::system();
-                match rudder_kubelet::agent::run(client.clone(), options.clone(), clock, stop.clone())
-                    .await
-                {
-                    Ok(()) => return Ok(()),
-                    Err(error) => {
-                        tracing::error!(error = %format!("{error:#}"), "the node agent could not start; retrying in 10s");
-                    }
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return Ok(()),
-                    _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
-                }
-            }
-        });
+        tasks.spawn(run_agent(client, options, cancel.clone()));
     }
 
     let outcome = tokio::select! {
@@ -342,74 +314,31 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     outcome
 }
 
-/// The in-process agent's options: the server's node, labelled
-/// control-plane, with its state under DATA_DIR/agent.
-fn agent_options(args: &ServerArgs) -> anyhow::Result<rudder_kubelet::agent::Options> {
-    let name = match &args.node_name {
-        Some(name) => name.clone(),
-        None => hostname()?,
-    };
-    let mut options = rudder_kubelet::agent::Options::new(&name, args.data_dir.clone());
-    options.control_plane = true;
-    options.container_runtime_endpoint = args.container_runtime_endpoint.clone();
-    options.node_ip = args.node_ip;
-    (
-        options.eviction_memory_bytes,
-        options.eviction_nodefs_percent,
-    ) = parse_eviction_hard(&args.eviction_hard)
-        .map_err(|e| anyhow::anyhow!("--eviction-hard: {e}"))?;
-    options.bridge = args.cni_bridge.clone();
-    options.nftables_table = args.cni_bridge.clone();
-    options.cluster_cidr = args
-        .cluster_cidr
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--cluster-cidr: {e}"))?;
-    options.service_cidr = args
-        .service_cidr
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--service-cidr: {e}"))?;
-    Ok(options)
-}
-
-/// `memory.available<100Mi,nodefs.available<10%` as (bytes, percent);
-/// a signal left out keeps upstream's default.
-fn parse_eviction_hard(text: &str) -> Result<(u64, u64), String> {
-    let (mut memory, mut nodefs) = (100u64 << 20, 10u64);
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (signal, value) = part
-            .split_once('<')
-            .ok_or_else(|| format!("{part:?}: expected SIGNAL<VALUE"))?;
-        match signal {
-            "memory.available" => {
-                let q = rudder_api::quantity::Quantity::parse(value)
-                    .map_err(|e| format!("{value:?}: {e}"))?;
-                memory =
-                    u64::try_from(q.value()).map_err(|_| format!("{value:?}: out of range"))?;
+/// Runs the node agent until `stop`. An agent that cannot start (no
+/// containerd, not root) is retried, as a kubelet waits for its runtime;
+/// the control plane serves on meanwhile.
+pub(crate) async fn run_agent(
+    client: kube::Client,
+    options: rudder_kubelet::agent::Options,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    loop {
+        let clock = rudder_runtime::clock::system();
+        match rudder_kubelet::agent::run(client.clone(), options.clone(), clock, stop.clone()).await
+        {
+            Ok(()) => return Ok(()),
+            Err(error) => {
+                tracing::error!(error = %format!("{error:#}"), "the node agent could not start; retrying in 10s");
             }
-            "nodefs.available" => {
-                nodefs = value
-                    .strip_suffix('%')
-                    .and_then(|p| p.parse::<u64>().ok())
-                    .filter(|p| *p <= 100)
-                    .ok_or_else(|| format!("{value:?}: expected a percentage"))?;
-            }
-            other => return Err(format!("unsupported signal {other:?}")),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
         }
     }
-    Ok((memory, nodefs))
 }
 
-/// This machine's host name, lower-cased as a node name must be.
-fn hostname() -> anyhow::Result<String> {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .context("read the host name")?
-        .trim()
-        .to_lowercase();
-    anyhow::ensure!(!name.is_empty(), "the host name is empty: give --node-name");
-    Ok(name)
-}
-
-async fn shutdown_signal() -> anyhow::Result<()> {
+pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("install the SIGTERM handler")?;
     tokio::select! {
@@ -458,8 +387,9 @@ mod tests {
 
     #[test]
     fn eviction_thresholds_are_read_as_upstream_writes_them() {
+        use crate::agent::parse_eviction_hard;
         assert_eq!(
-            parse_eviction_hard(&parse(&[]).eviction_hard),
+            parse_eviction_hard(&parse(&[]).node.eviction_hard),
             Ok((100 << 20, 10))
         );
         assert_eq!(

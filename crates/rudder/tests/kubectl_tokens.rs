@@ -8,26 +8,10 @@ mod common;
 
 use common::{Kubectl, each_version};
 
-/// A kubeconfig like `k`'s whose user is `token` (no client certificate:
-/// a certificate would win over the token, as upstream).
-fn token_kubeconfig(k: &Kubectl<'_>, token: &str, dir: &std::path::Path) -> std::path::PathBuf {
-    let admin = std::fs::read_to_string(&k.kubeconfig).expect("kubeconfig");
-    let field = |name: &str| {
-        admin
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(name))
-            .expect("field")
-            .trim()
-            .to_string()
-    };
-    let yaml = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n",
-        field("server:"),
-        field("certificate-authority-data:")
-    );
-    let path = dir.join(format!("token-{}.yaml", rand::random::<u32>()));
-    std::fs::write(&path, yaml).expect("write the kubeconfig");
-    path
+/// A kubeconfig like `k`'s whose user is `token`.
+fn kubeconfig_for(k: &Kubectl<'_>, token: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    let out = dir.join(format!("token-{}.yaml", rand::random::<u32>()));
+    common::token_kubeconfig(&k.kubeconfig, token, &out)
 }
 
 fn as_token<'a>(k: &Kubectl<'a>, kubeconfig: std::path::PathBuf) -> Kubectl<'a> {
@@ -66,7 +50,7 @@ fn kubectl_create_token_gives_tokens_that_authenticate_as_the_account() {
                 failures.push(format!("create token: ({ok}) {token}"));
                 return;
             }
-            let robot = as_token(k, token_kubeconfig(k, &token, dir.path()));
+            let robot = as_token(k, kubeconfig_for(k, &token, dir.path()));
             let user = format!("system:serviceaccount:{ns}:robot");
             robot.refuse(
                 failures,
@@ -128,7 +112,7 @@ fn kubectl_create_token_gives_tokens_that_authenticate_as_the_account() {
                 failures.push(format!("bound token: {bound}"));
                 return;
             }
-            let bound = as_token(k, token_kubeconfig(k, bound.trim(), dir.path()));
+            let bound = as_token(k, kubeconfig_for(k, bound.trim(), dir.path()));
             bound.expect(
                 failures,
                 "a bound token authenticates",

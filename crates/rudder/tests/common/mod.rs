@@ -269,3 +269,37 @@ where
     );
     eprintln!("{} kubectl versions passed", versions.len());
 }
+
+/// Whether the tests run as root (the node agent's end-to-end tests need it).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|u| u.split_whitespace().next() == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Writes to `out` a kubeconfig for the server of the kubeconfig `admin`
+/// whose user is `token`, with no client certificate (a certificate would
+/// win over the token, as upstream).
+pub fn token_kubeconfig(admin: &Path, token: &str, out: &Path) -> PathBuf {
+    let admin = std::fs::read_to_string(admin).expect("kubeconfig");
+    let field = |name: &str| {
+        admin
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .expect("field")
+            .trim()
+            .to_string()
+    };
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n",
+        field("server:"),
+        field("certificate-authority-data:")
+    );
+    std::fs::write(out, yaml).expect("write the kubeconfig");
+    out.to_path_buf()
+}

@@ -1,0 +1,381 @@
+//! A node joining a cluster, with real parts: `rudder server
+//! --disable-agent` runs the control plane alone, and a separate `rudder
+//! agent --server https://127.0.0.1:PORT --token $(rudder token)` process
+//! checks the server's CA against the token, gets its node certificate
+//! through a CertificateSigningRequest the server approves and signs,
+//! becomes Ready on its own containerd, runs a pod — whose projected
+//! ServiceAccount token, read by the pod and handed out through a
+//! hostPath, then authenticates from the host as the pod's account — and,
+//! started again, reuses its certificate. A token naming another CA is
+//! refused before anything is sent. Needs root: skipped, saying so,
+//! otherwise.
+//!
+//! The agent has a bridge, cluster CIDR and data directory of its own;
+//! `rudder killall` removes everything it made at the end, even when the
+//! test fails.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Kubectl, is_root, token_kubeconfig};
+
+const BRIDGE: &str = "rudjoin0";
+const CLUSTER_CIDR: &str = "10.42.224.0/20";
+const NODE: &str = "join-node";
+const IMAGE: &str = "rudder.local/busybox:1";
+
+fn rudder() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rudder"))
+}
+
+/// A server without an agent, and the agent that joins it.
+struct Cluster {
+    server: Option<Child>,
+    agent: Option<Child>,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Cluster {
+    fn server_dir(&self) -> PathBuf {
+        self.dir.path().join("server")
+    }
+
+    fn agent_dir(&self) -> PathBuf {
+        self.dir.path().join("agent")
+    }
+
+    fn log(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(name))
+            .expect("log")
+    }
+
+    fn start() -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = rudder_apiserver::testing::free_port().expect("a free port");
+        let mut cluster = Cluster {
+            server: None,
+            agent: None,
+            dir,
+            port,
+        };
+        let server = rudder()
+            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--cluster-cidr", CLUSTER_CIDR])
+            .arg("--data-dir")
+            .arg(cluster.server_dir())
+            .env("RUDDER_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(cluster.log("server.log"))
+            .spawn()
+            .expect("start rudder server");
+        cluster.server = Some(server);
+        let images = cluster.agent_dir().join("agent/images");
+        std::fs::create_dir_all(&images).expect("images dir");
+        let packed = rudder()
+            .args(["images", "pack-busybox"])
+            .arg(images.join("busybox.tar"))
+            .output()
+            .expect("run rudder images pack-busybox");
+        assert!(
+            packed.status.success(),
+            "pack busybox: {}",
+            String::from_utf8_lossy(&packed.stderr)
+        );
+        cluster
+    }
+
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    fn agent_command(&self, token: &str) -> Command {
+        let mut command = rudder();
+        command
+            .args(["agent", "--server", &self.url(), "--token", token])
+            .arg("--data-dir")
+            .arg(self.agent_dir())
+            .args(["--node-name", NODE, "--node-ip", "127.0.0.1"])
+            .args(["--cluster-cidr", CLUSTER_CIDR, "--cni-bridge", BRIDGE])
+            .args([
+                "--eviction-hard",
+                "memory.available<1Mi,nodefs.available<1%",
+            ])
+            .env("RUDDER_LOG", "info")
+            .stdout(Stdio::null());
+        command
+    }
+
+    fn start_agent(&mut self, token: &str) {
+        let agent = self
+            .agent_command(token)
+            .stderr(self.log("agent.log"))
+            .spawn()
+            .expect("start rudder agent");
+        self.agent = Some(agent);
+    }
+
+    /// Stops the agent with SIGTERM (SIGKILL after 30 s).
+    fn stop_agent(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            stop(&mut agent);
+        }
+    }
+
+    fn logs(&self) -> String {
+        let tail = |name: &str| {
+            let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        };
+        format!(
+            "server:\n{}\nagent:\n{}",
+            tail("server.log"),
+            tail("agent.log")
+        )
+    }
+}
+
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_agent();
+        let _ = rudder()
+            .args(["killall", "--cni-bridge", BRIDGE, "--data-dir"])
+            .arg(self.agent_dir())
+            .env("RUDDER_LOG", "warn")
+            .status();
+        if let Some(mut server) = self.server.take() {
+            stop(&mut server);
+        }
+    }
+}
+
+fn wait_for<T>(
+    what: &str,
+    within: Duration,
+    cluster: &Cluster,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; the logs end:\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
+    if !is_root() {
+        eprintln!(
+            "skipped: the join end-to-end test needs root (containers, network namespaces, routes)"
+        );
+        return;
+    }
+    let mut cluster = Cluster::start();
+    let kubectl = common::versions().pop().expect("a kubectl").1;
+    let k = Kubectl {
+        binary: &kubectl,
+        kubeconfig: cluster.server_dir().join("kubeconfig.yaml"),
+        cache: cluster.dir.path().join("kubectl-cache"),
+        namespace: "default".into(),
+    };
+    let token = wait_for(
+        "the server's join token",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let out = rudder()
+                .args(["token", "--data-dir"])
+                .arg(cluster.server_dir())
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            (out.status.success() && text.starts_with("K10")).then_some(text)
+        },
+    );
+    let ca = std::fs::read(cluster.server_dir().join("tls/ca.crt")).expect("the CA");
+    assert!(
+        token.starts_with(&format!("K10{}::", rudder_kubelet::bootstrap::ca_hash(&ca))),
+        "{token}"
+    );
+    wait_for(
+        "the server to answer",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            let (ok, out) = k.run(&["get", "--raw", "/readyz"], None);
+            (ok && out.trim() == "ok").then_some(())
+        },
+    );
+
+    // A token that names another CA: refused, nothing asked.
+    let forged = format!("K10{}::{}", "0".repeat(64), &token[3 + 64 + 2..]);
+    let refused = cluster
+        .agent_command(&forged)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run rudder agent");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("refusing to trust it"),
+        "{said}"
+    );
+
+    let began = Instant::now();
+    cluster.start_agent(&token);
+    wait_for(
+        "the joined node to be Ready",
+        Duration::from_secs(120),
+        &cluster,
+        || {
+            let (ok, out) = k.run(&["get", "nodes", "--no-headers"], None);
+            (ok && out.contains(NODE) && out.contains(" Ready ")).then_some(())
+        },
+    );
+    eprintln!("join → Ready in {:?}", began.elapsed());
+    let (ok, csrs) = k.run(
+        &[
+            "get",
+            "csr",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.username} {.spec.signerName} {.status.conditions[0].type}{\"\\n\"}{end}",
+        ],
+        None,
+    );
+    assert!(ok, "{csrs}");
+    let id = &token[3 + 64 + 2..3 + 64 + 2 + 6];
+    assert_eq!(
+        csrs.trim(),
+        format!("system:bootstrap:{id} kubernetes.io/kube-apiserver-client-kubelet Approved"),
+        "one node CSR, asked by the bootstrap user, approved"
+    );
+    let kubeconfig = cluster.agent_dir().join("agent/kubelet.kubeconfig");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&kubeconfig)
+        .expect("the agent's kubeconfig")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (_, nodes) = k.run(&["get", "nodes", "-o", "wide"], None);
+    assert!(!nodes.contains("control-plane"), "{nodes}");
+
+    // A pod on the joined node reads its ServiceAccount token and hands
+    // it out; from the host, the token is the pod's account.
+    let out_dir = cluster.dir.path().join("out");
+    std::fs::create_dir_all(&out_dir).expect("out dir");
+    let pod = format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "reader"}},
+          "spec": {{"terminationGracePeriodSeconds": 1, "containers": [{{"name": "c", "image": "{IMAGE}",
+            "command": ["sh", "-c", "cat /var/run/secrets/kubernetes.io/serviceaccount/token > /out/token; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace > /out/namespace; exec sleep 3600"],
+            "volumeMounts": [{{"name": "out", "mountPath": "/out"}}]}}],
+            "volumes": [{{"name": "out", "hostPath": {{"path": "{}"}}}}]}}}}"#,
+        out_dir.display()
+    );
+    let (ok, out) = k.run(&["apply", "-f", "-"], Some(&pod));
+    assert!(ok, "{out}");
+    wait_for("reader Running", Duration::from_secs(90), &cluster, || {
+        let (ok, out) = k.run(
+            &[
+                "get",
+                "pod",
+                "reader",
+                "-o",
+                "jsonpath={.status.phase} {.spec.nodeName}",
+            ],
+            None,
+        );
+        (ok && out.trim() == format!("Running {NODE}")).then_some(())
+    });
+    let pod_token = wait_for(
+        "the pod's token on the host",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            std::fs::read_to_string(out_dir.join("token"))
+                .ok()
+                .filter(|t| t.split('.').count() == 3)
+        },
+    );
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join("namespace")).expect("namespace"),
+        "default"
+    );
+    let robot = Kubectl {
+        binary: &kubectl,
+        kubeconfig: token_kubeconfig(
+            &k.kubeconfig,
+            pod_token.trim(),
+            &cluster.dir.path().join("pod-token.yaml"),
+        ),
+        cache: cluster.dir.path().join("kubectl-cache-pod"),
+        namespace: "default".into(),
+    };
+    let (ok, out) = robot.run(&["get", "pods"], None);
+    assert!(
+        !ok && out.contains(
+            "pods is forbidden: User \"system:serviceaccount:default:default\" cannot list resource \"pods\""
+        ),
+        "the pod's token answers as its account: {out}"
+    );
+    let (ok, out) = robot.run(&["get", "--raw", "/api"], None);
+    assert!(ok && out.contains("\"versions\""), "{out}");
+
+    // Started again, the agent uses the certificate it has.
+    cluster.stop_agent();
+    cluster.start_agent(&token);
+    wait_for(
+        "the agent to reuse its certificate",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            let log = std::fs::read_to_string(cluster.dir.path().join("agent.log")).ok()?;
+            log.contains("using the node certificate issued before")
+                .then_some(())
+        },
+    );
+    wait_for(
+        "reader still Running",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let (ok, out) = k.run(
+                &["get", "pod", "reader", "-o", "jsonpath={.status.phase}"],
+                None,
+            );
+            (ok && out.trim() == "Running").then_some(())
+        },
+    );
+    let (_, csrs) = k.run(&["get", "csr", "--no-headers"], None);
+    assert_eq!(csrs.trim().lines().count(), 1, "no second CSR: {csrs}");
+
+    // The pod's deletion makes its token worthless.
+    let (ok, out) = k.run(&["delete", "pod", "reader", "--wait=true"], None);
+    assert!(ok, "{out}");
+    let (ok, out) = robot.run(&["get", "--raw", "/api"], None);
+    assert!(!ok && out.contains("Unauthorized"), "{out}");
+}
