@@ -7,8 +7,8 @@
 use std::borrow::Cow;
 
 use k8s_openapi::api::{
-    admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery,
-    events, networking, node, policy, rbac, scheduling, storage,
+    admissionregistration, apps, authentication, autoscaling, batch, certificates, coordination,
+    core, discovery, events, networking, node, policy, rbac, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
@@ -299,6 +299,15 @@ pub fn resources() -> Vec<ResourceDef> {
             conversion: Some(crate::conversion::EVENTS_V1),
             storage_prefix: Some("/registry/core/events/"),
             strategy: &strategy::EVENTS_EVENT,
+        },
+        // authentication.k8s.io/v1
+        authentication::v1::SelfSubjectReview {
+            verbs: CREATE,
+            strategy: &strategy::REVIEW
+        },
+        authentication::v1::TokenReview {
+            verbs: CREATE,
+            strategy: &strategy::REVIEW
         },
         // certificates.k8s.io/v1
         certificates::v1::CertificateSigningRequest {

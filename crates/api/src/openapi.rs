@@ -275,6 +275,22 @@ fn resource_paths(def: &ResourceDef, flavor: Flavor, paths: &mut Map<String, Val
         coll.insert("parameters".into(), json!(path_params));
         paths.insert(collection, Value::Object(coll));
     }
+    // A namespaced resource's list across namespaces (`/api/v1/pods`,
+    // upstream's `list…ForAllNamespaces`): kubectl 1.27's explain finds a
+    // resource's kind by this path alone.
+    if def.namespaced && def.has_verb("list") {
+        let id = suffix.replacen("Namespaced", "", 1);
+        let mut op = operation(
+            def,
+            &format!("list{id}ForAllNamespaces"),
+            "list",
+            &format!("list or watch objects of kind {}", def.kind),
+            list.clone(),
+            flavor,
+        );
+        op["parameters"] = json!(query_params(LIST_PARAMS, flavor));
+        paths.insert(format!("{prefix}/{}", def.plural), json!({"get": op}));
+    }
 
     let mut item_params = path_params.clone();
     item_params.insert(

@@ -2,7 +2,8 @@
 //! cluster CA authenticate (CN = user, O = groups); without one a request is
 //! `system:anonymous`, who may read only health and version endpoints, as
 //! upstream's default RBAC allows (`system:public-info-viewer`); any
-//! authenticated user may also read discovery (`system:discovery`).
+//! authenticated user may also read discovery (`system:discovery`) and ask
+//! who it is (a SelfSubjectReview, `system:basic-user`).
 //!
 //! ServiceAccounts (`system:serviceaccounts`) are authenticated by their
 //! tokens and get what upstream's default RBAC gives an account that no
@@ -21,10 +22,15 @@
 use rudder_api::Status;
 
 /// An authenticated (or anonymous) user.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct User {
     pub name: String,
     pub groups: Vec<String>,
+    /// A ServiceAccount's uid; empty for other users.
+    pub uid: String,
+    /// What authentication adds (a ServiceAccount token's pod, node and
+    /// credential id, as upstream's `authentication.kubernetes.io/…` keys).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl User {
@@ -32,6 +38,7 @@ impl User {
         User {
             name: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
+            ..User::default()
         }
     }
 
@@ -54,7 +61,11 @@ impl User {
             .filter_map(|o| o.as_str().ok().map(str::to_string))
             .collect();
         groups.push("system:authenticated".into());
-        Some(User { name, groups })
+        Some(User {
+            name,
+            groups,
+            ..User::default()
+        })
     }
 }
 
@@ -77,6 +88,9 @@ const ISSUER_DISCOVERY_PATHS: &[&str] = &["/.well-known/openid-configuration", "
 
 /// What `system:discovery` lets every authenticated user read.
 const DISCOVERY_PATHS: &[&str] = &["/api", "/apis", "/openapi"];
+
+/// What `system:basic-user` lets every authenticated user create.
+const SELF_SUBJECT_REVIEWS: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 
 /// The users and groups of the control plane's own components.
 const COMPONENT_USERS: &[&str] = &["system:kube-controller-manager", "system:kube-scheduler"];
@@ -110,6 +124,10 @@ pub fn authorize(user: &User, path: &str, verb: &str) -> Result<(), Status> {
     }
     let authenticated = user.groups.iter().any(|g| g == "system:authenticated");
     if authenticated && verb == "get" && under(DISCOVERY_PATHS) && !crate::path::is_resource(path) {
+        return Ok(());
+    }
+    // Who am I (`kubectl auth whoami`): `system:basic-user`.
+    if authenticated && verb == "create" && path == SELF_SUBJECT_REVIEWS {
         return Ok(());
     }
     Err(Status::forbidden(format!(
@@ -185,16 +203,19 @@ mod tests {
         let admin = User {
             name: "admin".into(),
             groups: vec!["system:masters".into()],
+            ..User::default()
         };
         assert!(authorize(&admin, "/api/v1/pods", "delete").is_ok());
         let controllers = User {
             name: "system:kube-controller-manager".into(),
             groups: vec!["system:authenticated".into()],
+            ..User::default()
         };
         assert!(authorize(&controllers, "/apis/apps/v1/deployments", "list").is_ok());
         let someone = User {
             name: "someone".into(),
             groups: vec!["system:authenticated".into()],
+            ..User::default()
         };
         assert!(authorize(&someone, "/apis", "get").is_ok(), "discovery");
         assert!(authorize(&someone, "/api/v1", "get").is_ok(), "discovery");
@@ -203,6 +224,7 @@ mod tests {
         let bootstrapper = User {
             name: "system:bootstrap:abcdef".into(),
             groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
+            ..User::default()
         };
         let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
         assert!(authorize(&bootstrapper, csrs, "create").is_ok());

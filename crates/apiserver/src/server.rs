@@ -123,6 +123,7 @@ impl Identity {
         User {
             name: self.user.clone(),
             groups: self.groups.clone(),
+            ..User::default()
         }
     }
 }

@@ -16,6 +16,7 @@ fn admin() -> User {
     User {
         name: "admin".into(),
         groups: vec!["system:masters".into()],
+        ..User::default()
     }
 }
 

@@ -189,6 +189,7 @@ async fn discovery_lists_only_served_subresources() {
         "portforward",
         "proxy",
         "approval",
+        "token",
     ];
     let mut paths = vec!["/api/v1".to_string()];
     let groups: serde_json::Value = serde_json::from_str(

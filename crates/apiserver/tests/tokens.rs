@@ -55,6 +55,18 @@ async fn get(client: &kube::Client, path: &str) -> (u16, Value) {
     }
 }
 
+/// Creates the ServiceAccount `name`.
+async fn create_account(accounts: &Api<ServiceAccount>, name: &str) -> ServiceAccount {
+    let account = json!({"metadata": {"name": name}});
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(account).expect("sa"),
+        )
+        .await
+        .expect("create the ServiceAccount")
+}
+
 /// Creates a pod `name` running as `account`.
 async fn create_pod(pods: &Api<Pod>, name: &str, account: &str) -> Pod {
     let pod = json!({"metadata": {"name": name},
@@ -96,13 +108,7 @@ async fn service_account_tokens_are_issued_and_authenticate() {
     let server = start(Backend::Embedded).await;
     let admin = server.client.clone();
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
-    let sa = accounts
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "robot"}})).expect("sa"),
-        )
-        .await
-        .expect("create the ServiceAccount");
+    let sa = create_account(&accounts, "robot").await;
     let sa_uid = sa.metadata.uid.clone().expect("uid");
 
     // Defaults: the issuer's audience, an hour.
@@ -211,13 +217,7 @@ async fn token_requests_are_validated_as_upstream() {
     let admin = server.client.clone();
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
     for name in ["robot", "other"] {
-        accounts
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": name}})).expect("sa"),
-            )
-            .await
-            .expect("create the ServiceAccount");
+        create_account(&accounts, name).await;
     }
     let ask = |spec: Value| {
         let accounts = accounts.clone();
@@ -424,4 +424,158 @@ async fn bootstrap_tokens_authenticate_bootstrappers() {
     let ca = std::fs::read_to_string(server.dir.path().join("tls/ca.crt")).expect("ca");
     assert_eq!(pem, Value::String(ca));
     assert_eq!(get(&anonymous, "/api").await.0, 403);
+}
+
+/// POSTs `body` to `path` as `client`: the status code and the answer.
+async fn post(client: &kube::Client, path: &str, body: Value) -> (u16, Value) {
+    let request = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).expect("json"))
+        .expect("request");
+    match client.request_text(request).await {
+        Ok(text) => (201, serde_json::from_str(&text).expect("json")),
+        Err(kube::Error::Api(status)) => (
+            status.code,
+            serde_json::to_value(&status).expect("status json"),
+        ),
+        Err(other) => panic!("POST {path}: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_say_who_a_token_is_and_node_bound_tokens_die_with_their_node() {
+    let server = start(Backend::Embedded).await;
+    let admin = server.client.clone();
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+    let sa = create_account(&accounts, "robot").await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
+    let node = nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "n1"}})).expect("node"),
+        )
+        .await
+        .expect("create the node");
+    let node_uid = node.metadata.uid.clone().expect("uid");
+
+    // A pod's token names the pod's node; the user carries both.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let pod = json!({"metadata": {"name": "web"}, "spec": {"serviceAccountName": "robot",
+        "nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}});
+    let pod = pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).expect("pod"),
+        )
+        .await
+        .expect("create the pod");
+    let pod_uid = pod.metadata.uid.clone().expect("uid");
+    let issued = accounts
+        .create_token_request(
+            "robot",
+            &PostParams::default(),
+            &request(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "web"}})),
+        )
+        .await
+        .expect("a pod token");
+    let token = issued.status.expect("status").token;
+    assert_eq!(
+        claims(&token)["kubernetes.io"]["node"],
+        json!({"name": "n1", "uid": node_uid})
+    );
+    let robot = with_token(&server.kubeconfig, &token).await;
+    let (code, me) = post(
+        &robot,
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+    )
+    .await;
+    assert_eq!(code, 201, "{me}");
+    let info = &me["status"]["userInfo"];
+    assert_eq!(info["username"], "system:serviceaccount:default:robot");
+    assert_eq!(info["uid"], json!(sa.metadata.uid));
+    assert_eq!(
+        info["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:default",
+            "system:authenticated"
+        ])
+    );
+    assert_eq!(
+        info["extra"]["authentication.kubernetes.io/pod-name"],
+        json!(["web"])
+    );
+    assert_eq!(
+        info["extra"]["authentication.kubernetes.io/pod-uid"],
+        json!([pod_uid])
+    );
+    assert_eq!(
+        info["extra"]["authentication.kubernetes.io/node-name"],
+        json!(["n1"])
+    );
+    assert!(
+        info["extra"]["authentication.kubernetes.io/credential-id"][0]
+            .as_str()
+            .is_some_and(|id| id.starts_with("JTI=")),
+        "{info}"
+    );
+
+    // TokenReview: the admin may ask, the account may not.
+    let review = |token: &str, audiences: Value| {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+               "spec": {"token": token, "audiences": audiences}})
+    };
+    let path = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let (code, answer) = post(&admin, path, review(&token, json!([]))).await;
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(answer["status"]["authenticated"], true);
+    assert_eq!(
+        answer["status"]["user"]["username"],
+        "system:serviceaccount:default:robot"
+    );
+    assert_eq!(
+        answer["status"]["audiences"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    let (_, answer) = post(&admin, path, review(&token, json!(["vault"]))).await;
+    assert_eq!(answer["status"]["authenticated"], json!(null), "{answer}");
+    assert!(
+        answer["status"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("is invalid for the target audiences [\"vault\"]")),
+        "{answer}"
+    );
+    let (_, answer) = post(&admin, path, review("garbage", json!([]))).await;
+    assert_eq!(answer["status"]["error"], "invalid bearer token");
+    let (code, answer) = post(
+        &admin,
+        path,
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {}}),
+    )
+    .await;
+    assert_eq!(code, 400, "{answer}");
+    let (code, _) = post(&robot, path, review(&token, json!([]))).await;
+    assert_eq!(code, 403, "an account may not review tokens");
+
+    // A token bound to a node lives as long as the node.
+    let bound = accounts
+        .create_token_request(
+            "robot",
+            &PostParams::default(),
+            &request(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": node_uid}})),
+        )
+        .await
+        .expect("a node token");
+    let node_token = bound.status.expect("status").token;
+    let c = claims(&node_token);
+    assert_eq!(c["kubernetes.io"]["node"]["name"], "n1");
+    assert_eq!(c["kubernetes.io"].get("pod"), None);
+    let on_node = with_token(&server.kubeconfig, &node_token).await;
+    assert_eq!(get(&on_node, "/api").await.0, 200);
+    nodes
+        .delete("n1", &DeleteParams::default())
+        .await
+        .expect("delete the node");
+    assert_eq!(get(&on_node, "/api").await.0, 401);
 }

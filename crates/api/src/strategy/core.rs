@@ -13,6 +13,12 @@ pub static BINDING: Strategy = Strategy {
     ..GENERIC
 };
 
+/// TokenReview and SelfSubjectReview (authentication.k8s.io/v1).
+pub static REVIEW: Strategy = Strategy {
+    rest: Rest::Review,
+    ..GENERIC
+};
+
 pub static COMPONENT_STATUS: Strategy = Strategy {
     rest: Rest::ComponentStatus,
     printer: Some(print::component_status),

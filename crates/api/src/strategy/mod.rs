@@ -99,6 +99,9 @@ pub enum Rest {
     ComponentStatus,
     /// The legacy `bindings`: a create binds the pod it names.
     Binding,
+    /// TokenReview and SelfSubjectReview: a create is answered from the
+    /// request (who a token or the caller is), never stored.
+    Review,
 }
 
 /// A kind with nothing particular: no defaults, metadata validation only,

@@ -28,59 +28,107 @@ pub fn service_account_groups(namespace: &str) -> Vec<String> {
     ]
 }
 
+/// What a token authenticated as, and the audiences it was good for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    pub user: User,
+    pub audiences: Vec<String>,
+}
+
 /// The user `token` authenticates, or 401.
 pub async fn authenticate(state: &State, token: &str) -> Result<User, Status> {
-    let outcome = match state.issuer() {
+    review(state, token, &[])
+        .await
+        .map(|authenticated| authenticated.user)
+        .map_err(|reason| {
+            tracing::info!(%reason, "a bearer token was refused");
+            Status::unauthorized("Unauthorized")
+        })
+}
+
+/// Who `token` is, for `audiences` (empty: the API server's own) — the
+/// request authenticator and TokenReview both ask this; why not
+/// otherwise.
+pub async fn review(
+    state: &State,
+    token: &str,
+    audiences: &[String],
+) -> Result<Authenticated, String> {
+    let issuer = state.issuer();
+    let server_audiences = issuer
+        .as_ref()
+        .map(|i| i.audiences.clone())
+        .unwrap_or_default();
+    let wanted = if audiences.is_empty() {
+        server_audiences.clone()
+    } else {
+        audiences.to_vec()
+    };
+    match issuer {
         Some(issuer) if issuer.verify(token).is_some() => {
-            service_account(state, &issuer, token).await
+            service_account(state, &issuer, token, &wanted).await
         }
         _ => match bootstrap::Token::parse(token) {
-            Some(parsed) => bootstrap_user(state, &parsed).await,
-            None => Err("not a token of any authenticator".to_string()),
+            Some(parsed) => {
+                // Bootstrap tokens know no audiences: good for the API
+                // server's own (upstream's audience-agnostic wrapper).
+                let matched: Vec<String> = wanted
+                    .iter()
+                    .filter(|a| server_audiences.contains(a))
+                    .cloned()
+                    .collect();
+                if matched.is_empty() {
+                    return Err(Invalid::Audience {
+                        token: server_audiences,
+                        server: wanted,
+                    }
+                    .to_string());
+                }
+                let user = bootstrap_user(state, &parsed).await?;
+                Ok(Authenticated {
+                    user,
+                    audiences: matched,
+                })
+            }
+            None => Err("invalid bearer token".to_string()),
         },
-    };
-    outcome.map_err(|reason| {
-        tracing::info!(%reason, "a bearer token was refused");
-        Status::unauthorized("Unauthorized")
-    })
+    }
 }
 
 /// A stored object, `None` when it does not exist.
 async fn lookup(
     state: &State,
     resource: &str,
-    namespace: &str,
+    namespace: Option<&str>,
     name: &str,
 ) -> Result<Option<Value>, String> {
     let registry = state.registry();
     let def = registry
         .get("", "v1", resource)
         .ok_or_else(|| format!("no {resource} resource"))?;
-    match state.storage().get(def, Some(namespace), name).await {
+    match state.storage().get(def, namespace, name).await {
         Ok(stored) => Ok(Some(stored.object)),
         Err(status) if status.code == 404 => Ok(None),
         Err(status) => Err(status.message),
     }
 }
 
-async fn service_account(state: &State, issuer: &Arc<Issuer>, token: &str) -> Result<User, String> {
+async fn service_account(
+    state: &State,
+    issuer: &Arc<Issuer>,
+    token: &str,
+    audiences: &[String],
+) -> Result<Authenticated, String> {
     let claims = issuer
         .verify(token)
         .ok_or("not this issuer's")?
         .map_err(|e| e.to_string())?;
     let now = state.clock.now_seconds();
-    claims
-        .check(&issuer.audiences, now)
-        .map_err(|e| e.to_string())?;
+    claims.check(audiences, now).map_err(|e| e.to_string())?;
     let k = &claims.kubernetes;
+    let ns = Some(k.namespace.as_str());
     let gone = |e: Invalid| e.to_string();
-    let account = lookup(
-        state,
-        "serviceaccounts",
-        &k.namespace,
-        &k.serviceaccount.name,
-    )
-    .await?;
+    let account = lookup(state, "serviceaccounts", ns, &k.serviceaccount.name).await?;
     serviceaccount::still_backs(
         "service account",
         &k.namespace,
@@ -90,34 +138,75 @@ async fn service_account(state: &State, issuer: &Arc<Issuer>, token: &str) -> Re
     )
     .map_err(gone)?;
     if let Some(secret) = &k.secret {
-        let found = lookup(state, "secrets", &k.namespace, &secret.name).await?;
+        let found = lookup(state, "secrets", ns, &secret.name).await?;
         serviceaccount::still_backs("secret", &k.namespace, secret, found.as_ref(), now)
             .map_err(gone)?;
     }
     if let Some(pod) = &k.pod {
-        let found = lookup(state, "pods", &k.namespace, &pod.name).await?;
+        let found = lookup(state, "pods", ns, &pod.name).await?;
         serviceaccount::still_backs("pod", &k.namespace, pod, found.as_ref(), now).map_err(gone)?;
+    } else if let Some(node) = &k.node {
+        // A token bound to a node (a pod's token names its node too, but
+        // the pod is what it depends on).
+        let found = lookup(state, "nodes", None, &node.name).await?;
+        serviceaccount::still_backs("node", "", node, found.as_ref(), now).map_err(gone)?;
     }
-    Ok(User {
-        name: serviceaccount::username(&k.namespace, &k.serviceaccount.name),
-        groups: service_account_groups(&k.namespace),
+    let mut extra = std::collections::BTreeMap::new();
+    let mut put = |key: &str, value: &str| {
+        extra.insert(
+            format!("authentication.kubernetes.io/{key}"),
+            vec![value.to_string()],
+        );
+    };
+    if !claims.jti.is_empty() {
+        put("credential-id", &format!("JTI={}", claims.jti));
+    }
+    if let Some(node) = &k.node {
+        put("node-name", &node.name);
+        put("node-uid", &node.uid);
+    }
+    if let Some(pod) = &k.pod {
+        put("pod-name", &pod.name);
+        put("pod-uid", &pod.uid);
+    }
+    let matched = claims
+        .aud
+        .as_slice()
+        .iter()
+        .filter(|a| audiences.contains(a))
+        .cloned()
+        .collect();
+    Ok(Authenticated {
+        user: User {
+            name: serviceaccount::username(&k.namespace, &k.serviceaccount.name),
+            groups: service_account_groups(&k.namespace),
+            uid: k.serviceaccount.uid.clone(),
+            extra,
+        },
+        audiences: matched,
     })
 }
 
 async fn bootstrap_user(state: &State, token: &bootstrap::Token) -> Result<User, String> {
-    let secret = lookup(state, "secrets", bootstrap::NAMESPACE, &token.secret_name())
-        .await?
-        .ok_or_else(|| {
-            format!(
-                "no secret of name {} to match bootstrap bearer token",
-                token.secret_name()
-            )
-        })?;
+    let secret = lookup(
+        state,
+        "secrets",
+        Some(bootstrap::NAMESPACE),
+        &token.secret_name(),
+    )
+    .await?
+    .ok_or_else(|| {
+        format!(
+            "no secret of name {} to match bootstrap bearer token",
+            token.secret_name()
+        )
+    })?;
     let mut groups = bootstrap::check(token, &secret, state.clock.now_seconds())?;
     groups.push("system:authenticated".into());
     Ok(User {
         name: token.username(),
         groups,
+        ..User::default()
     })
 }
 

@@ -81,8 +81,10 @@ pub struct Claims {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Bound {
     None,
-    Pod(Ref),
+    /// A pod, and the node it is bound to, if any.
+    Pod(Ref, Option<Ref>),
     Secret(Ref),
+    Node(Ref),
 }
 
 /// What a token is issued for.
@@ -104,10 +106,11 @@ pub fn username(namespace: &str, name: &str) -> String {
 
 /// The claims of a token issued at `now` (unix seconds).
 pub fn claims(issuer: &str, request: &Request<'_>, now: i64) -> Claims {
-    let (pod, secret) = match &request.bound {
-        Bound::None => (None, None),
-        Bound::Pod(pod) => (Some(pod.clone()), None),
-        Bound::Secret(secret) => (None, Some(secret.clone())),
+    let (pod, secret, node) = match &request.bound {
+        Bound::None => (None, None, None),
+        Bound::Pod(pod, node) => (Some(pod.clone()), None, node.clone()),
+        Bound::Secret(secret) => (None, Some(secret.clone()), None),
+        Bound::Node(node) => (None, None, Some(node.clone())),
     };
     Claims {
         iss: issuer.to_string(),
@@ -122,7 +125,7 @@ pub fn claims(issuer: &str, request: &Request<'_>, now: i64) -> Claims {
             serviceaccount: request.service_account.clone(),
             pod,
             secret,
-            node: None,
+            node,
             warnafter: (request.warn_after_seconds > 0).then_some(now + request.warn_after_seconds),
         },
     }
@@ -179,21 +182,20 @@ pub fn still_backs(
     object: Option<&Value>,
     now: i64,
 ) -> Result<(), Invalid> {
+    let shown = if namespace.is_empty() {
+        reference.name.clone()
+    } else {
+        format!("{namespace}/{}", reference.name)
+    };
     let Some(object) = object else {
-        return Err(Invalid::Gone(format!(
-            "{kind} {namespace}/{} not found",
-            reference.name
-        )));
+        return Err(Invalid::Gone(format!("{kind} {shown} not found")));
     };
     let deleted = object
         .pointer("/metadata/deletionTimestamp")
         .and_then(Value::as_str)
         .and_then(rudder_api::time::parse_rfc3339);
     if deleted.is_some_and(|at| at < now - LEEWAY_SECONDS) {
-        return Err(Invalid::Gone(format!(
-            "{kind} {namespace}/{} has been deleted",
-            reference.name
-        )));
+        return Err(Invalid::Gone(format!("{kind} {shown} has been deleted")));
     }
     let uid = object
         .pointer("/metadata/uid")
@@ -298,7 +300,7 @@ mod tests {
         };
         let issuer = issuer();
         let (token, claims) = issuer
-            .issue(&request(Bound::Pod(pod.clone())), 1_000)
+            .issue(&request(Bound::Pod(pod.clone(), None)), 1_000)
             .expect("issue");
         let payload: Value = serde_json::from_slice(
             &base64::Engine::decode(

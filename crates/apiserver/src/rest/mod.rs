@@ -6,6 +6,7 @@ mod apply;
 mod components;
 pub(crate) mod objects;
 mod read;
+mod review;
 mod subresource;
 mod token;
 mod watch;
@@ -268,6 +269,9 @@ async fn serve(
     };
     match ctx.def().strategy.rest {
         Rest::ComponentStatus => return components::serve(&ctx, verb).await,
+        Rest::Review if verb == Verb::Create => {
+            return review::create(&ctx, read_body(body).await?).await;
+        }
         Rest::Binding if verb == Verb::Create => {
             return subresource::bind_legacy(&ctx, read_body(body).await?).await;
         }

@@ -2,13 +2,16 @@
 //! as upstream's `pkg/registry/core/serviceaccount/storage/token.go`:
 //! the body's name and namespace must match the URL's, audiences default
 //! to the server's, `expirationSeconds` to 3600 (at least 600, at most
-//! 2^32), a `boundObjectRef` names a Pod (running as this account) or a
-//! Secret of the namespace, with its uid if given; a pod's token asking
+//! 2^32), a `boundObjectRef` names a Pod (running as this account; its
+//! node goes into the claims too), a Secret of the namespace or a Node,
+//! with its uid if given; a pod's token asking
 //! for 3607 s with the server's audiences gets a year and a `warnafter`
 //! (upstream's extended expiration). Nothing is stored.
 
 use axum::http::StatusCode;
 use bytes::Bytes;
+use rudder_api::json::str_at;
+use rudder_api::meta::strings_at;
 use rudder_api::status::Target;
 use rudder_api::{Cause, Status};
 use serde_json::{Value, json};
@@ -31,13 +34,6 @@ const MIN_EXPIRATION_SECONDS: i64 = 10 * 60;
 const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 /// `expirationSeconds` when the request leaves it out.
 const DEFAULT_EXPIRATION_SECONDS: i64 = 60 * 60;
-
-fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
-    value
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
 
 pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
     let Some(issuer) = ctx.state.issuer() else {
@@ -88,16 +84,7 @@ pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
         .filter(|s| s.is_object())
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let mut audiences: Vec<String> = spec
-        .get("audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut audiences = strings_at(&spec, "/audiences");
     if audiences.is_empty() {
         audiences = issuer.audiences.clone();
     }
@@ -133,7 +120,7 @@ pub async fn create(ctx: &Context, body: Bytes) -> ApiResult {
         None => Bound::None,
     };
     let kube_audiences = audiences.iter().all(|a| issuer.audiences.contains(a));
-    let (lifetime, warn_after) = if matches!(bound, Bound::Pod(_))
+    let (lifetime, warn_after) = if matches!(bound, Bound::Pod(..))
         && expiration == WARN_ONLY_EXPIRATION_SECONDS
         && kube_audiences
     {
@@ -197,22 +184,14 @@ async fn bind(
     let resource = match (group, kind) {
         ("", "Pod") => "pods",
         ("", "Secret") => "secrets",
+        ("", "Node") => "nodes",
         _ => {
             return Err(Status::bad_request(format!(
                 "cannot bind token to object of type {group}/{version}, Kind={kind}"
             )));
         }
     };
-    let registry = ctx.state.registry();
-    let def = registry
-        .get("", "v1", resource)
-        .ok_or_else(|| Status::internal(format!("no {resource} resource")))?;
-    let object = ctx
-        .state
-        .storage()
-        .get(def, Some(namespace), name)
-        .await?
-        .object;
+    let object = get(ctx, resource, (kind != "Node").then_some(namespace), name).await?;
     if kind == "Pod" {
         let runs_as = str_at(&object, "/spec/serviceAccountName");
         if runs_as != account {
@@ -239,9 +218,39 @@ async fn bind(
         name: name.to_string(),
         uid: recorded.to_string(),
     };
-    Ok(if kind == "Pod" {
-        Bound::Pod(reference)
-    } else {
-        Bound::Secret(reference)
+    Ok(match kind {
+        "Pod" => {
+            // The pod's node goes into the claims too (upstream's
+            // ServiceAccountTokenPodNodeInfo), when it is there.
+            let node_name = str_at(&object, "/spec/nodeName");
+            let node = if node_name.is_empty() {
+                None
+            } else {
+                get(ctx, "nodes", None, node_name)
+                    .await
+                    .ok()
+                    .map(|node| Ref {
+                        name: node_name.to_string(),
+                        uid: str_at(&node, "/metadata/uid").to_string(),
+                    })
+            };
+            Bound::Pod(reference, node)
+        }
+        "Node" => Bound::Node(reference),
+        _ => Bound::Secret(reference),
     })
+}
+
+/// A core/v1 object as stored.
+async fn get(
+    ctx: &Context,
+    resource: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Value, Status> {
+    let registry = ctx.state.registry();
+    let def = registry
+        .get("", "v1", resource)
+        .ok_or_else(|| Status::internal(format!("no {resource} resource")))?;
+    Ok(ctx.state.storage().get(def, namespace, name).await?.object)
 }
