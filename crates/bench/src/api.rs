@@ -85,35 +85,43 @@ impl Server {
 
     /// CPU time the server has used so far (user and system), seconds.
     pub(crate) fn cpu_seconds(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // The fields after the command (which may hold spaces): state is
-        // the first; utime and stime are the 12th and 13th.
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        // The kernel's USER_HZ is 100 on every Linux rudder runs on.
-        (ticks(11) + ticks(12)) / 100.0
+        cpu_seconds(self.child.id())
     }
 
     /// Resident and peak resident memory, MiB.
     pub(crate) fn memory_mb(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-                .map_or(0.0, |kb| kb / 1024.0)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        memory_mb(self.child.id())
     }
+}
+
+/// CPU time process `pid` has used so far (user and system), seconds.
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command (which may hold spaces): state is the
+    // first; utime and stime are the 12th and 13th.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // The kernel's USER_HZ is 100 on every Linux rudder runs on.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Resident and peak resident memory of process `pid`, MiB.
+pub(crate) fn memory_mb(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
 }
 
 pub(crate) fn free_port() -> anyhow::Result<u16> {

@@ -53,7 +53,7 @@ async fn delete_namespace(client: &kube::Client, name: &str) -> anyhow::Result<(
 }
 
 /// Polls until `done`, every 20 ms, for at most `within`.
-async fn until<F, Fut>(what: &str, within: Duration, mut done: F) -> anyhow::Result<()>
+pub(crate) async fn until<F, Fut>(what: &str, within: Duration, mut done: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<bool>>,

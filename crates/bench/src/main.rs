@@ -6,6 +6,7 @@ mod api;
 mod apply;
 mod controllers;
 mod gc;
+mod node;
 mod report;
 mod scheduler;
 mod store;
@@ -42,6 +43,11 @@ enum Scenario {
     /// The scheduler: upstream's scheduler_perf workloads on fake nodes,
     /// beside plain bindings of the same pods.
     Scheduler(Options),
+    /// One real node: pods started by `rudder server`'s agent on
+    /// containerd, beside the same sandboxes and containers started by
+    /// direct CRI calls; the server's memory and idle CPU with 100 pods.
+    /// Needs root.
+    Node(Options),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -69,6 +75,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Gc(options) => (runtime.block_on(gc::run(&options))?, options),
         Scenario::Controllers(options) => (runtime.block_on(controllers::run(&options))?, options),
         Scenario::Scheduler(options) => (runtime.block_on(scheduler::run(&options))?, options),
+        Scenario::Node(options) => (runtime.block_on(node::run(&options))?, options),
     };
     if !options.quick {
         report.update_doc(&options.doc)?;
