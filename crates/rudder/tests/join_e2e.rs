@@ -5,9 +5,9 @@
 //! through a CertificateSigningRequest the server approves and signs,
 //! becomes Ready on its own containerd, runs a pod — whose projected
 //! ServiceAccount token, read by the pod and handed out through a
-//! hostPath, then authenticates from the host as the pod's account — and,
-//! started again, reuses its certificate. A token naming another CA is
-//! refused before anything is sent. Needs root: skipped, saying so,
+//! hostPath, then authenticates from the host as the pod's account —,
+//! started again, reuses its certificate, and outlives a restart of the
+//! server. A token naming another CA is refused before anything is sent. Needs root: skipped, saying so,
 //! otherwise.
 //!
 //! The agent has a bridge, cluster CIDR and data directory of its own;
@@ -65,17 +65,7 @@ impl Cluster {
             dir,
             port,
         };
-        let server = rudder()
-            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1"])
-            .args(["--port", &port.to_string(), "--cluster-cidr", CLUSTER_CIDR])
-            .arg("--data-dir")
-            .arg(cluster.server_dir())
-            .env("RUDDER_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(cluster.log("server.log"))
-            .spawn()
-            .expect("start rudder server");
-        cluster.server = Some(server);
+        cluster.start_server();
         let images = cluster.agent_dir().join("agent/images");
         std::fs::create_dir_all(&images).expect("images dir");
         let packed = rudder()
@@ -89,6 +79,26 @@ impl Cluster {
             String::from_utf8_lossy(&packed.stderr)
         );
         cluster
+    }
+
+    /// Starts `rudder server --disable-agent` (again) on its data dir and port.
+    fn start_server(&mut self) {
+        let server = rudder()
+            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--cluster-cidr",
+                CLUSTER_CIDR,
+            ])
+            .arg("--data-dir")
+            .arg(self.server_dir())
+            .env("RUDDER_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(self.log("server.log"))
+            .spawn()
+            .expect("start rudder server");
+        self.server = Some(server);
     }
 
     fn url(&self) -> String {
@@ -372,6 +382,64 @@ fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
     );
     let (_, csrs) = k.run(&["get", "csr", "--no-headers"], None);
     assert_eq!(csrs.trim().lines().count(), 1, "no second CSR: {csrs}");
+
+    // The control plane stops for a while and comes back: the agent keeps
+    // its pod running and reports to the new server (its Lease renewed).
+    let container = |k: &Kubectl<'_>| {
+        let (ok, out) = k.run(
+            &[
+                "get",
+                "pod",
+                "reader",
+                "-o",
+                "jsonpath={.status.containerStatuses[0].containerID}",
+            ],
+            None,
+        );
+        (ok && !out.trim().is_empty()).then(|| out.trim().to_string())
+    };
+    let before = container(&k).expect("reader's container");
+    if let Some(mut server) = cluster.server.take() {
+        stop(&mut server);
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    cluster.start_server();
+    let renewed = |k: &Kubectl<'_>| {
+        let (ok, out) = k.run(
+            &[
+                "get",
+                "lease",
+                "-n",
+                "kube-node-lease",
+                NODE,
+                "-o",
+                "jsonpath={.spec.renewTime}",
+            ],
+            None,
+        );
+        ok.then(|| out.trim().to_string())
+    };
+    let first = wait_for("the server back", Duration::from_secs(60), &cluster, || {
+        renewed(&k)
+    });
+    wait_for(
+        "the agent to renew its Lease with the new server",
+        Duration::from_secs(40),
+        &cluster,
+        || renewed(&k).filter(|now| now != &first),
+    );
+    assert!(
+        cluster
+            .agent
+            .as_mut()
+            .is_some_and(|agent| agent.try_wait().ok().flatten().is_none()),
+        "the agent kept running while the server was away"
+    );
+    assert_eq!(
+        container(&k).as_deref(),
+        Some(before.as_str()),
+        "the same container"
+    );
 
     // The pod's deletion makes its token worthless.
     let (ok, out) = k.run(&["delete", "pod", "reader", "--wait=true"], None);
