@@ -8,7 +8,8 @@
 //! - [`quantity`]: resource quantities, parsed and in canonical form;
 //! - [`time`]: timestamps and durations, and the [`time::Clock`] seam;
 //! - [`status`]: `Status` errors ([`Status`], [`Cause`]);
-//! - [`network`]: the cluster's address ranges.
+//! - [`network`]: the cluster's address ranges;
+//! - [`podlogs`]: pod log options and which container's log a request reads.
 //!
 //! **The API server's machinery** — what serving the API takes, which a
 //! client never calls: the resource [`registry`] and each kind's
@@ -22,6 +23,7 @@
 // For every API client.
 pub mod meta;
 pub mod network;
+pub mod podlogs;
 pub mod quantity;
 pub mod quota;
 pub mod selector;

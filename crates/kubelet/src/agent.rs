@@ -47,6 +47,12 @@ pub struct Options {
     /// bytes, node file system available in percent.
     pub eviction_memory_bytes: u64,
     pub eviction_nodefs_percent: u64,
+    /// The port of the agent's HTTPS server (upstream's 10250), on every
+    /// address; the Node's `daemonEndpoints.kubeletEndpoint.port`.
+    pub kubelet_port: u16,
+    /// Its serving certificate and the CA of its clients; without them
+    /// the agent serves nothing (and `kubectl logs` cannot reach it).
+    pub serving_tls: Option<crate::server::ServingTls>,
 }
 
 impl Options {
@@ -73,6 +79,8 @@ impl Options {
             nftables_table: "rudder".into(),
             eviction_memory_bytes: 100 << 20,
             eviction_nodefs_percent: 10,
+            kubelet_port: 10250,
+            serving_tls: None,
         }
     }
 
@@ -107,6 +115,8 @@ pub enum Error {
     Images(#[from] crate::images::Error),
     #[error("register the node: {0}")]
     Register(#[source] kube::Error),
+    #[error("the agent's server: {0}")]
+    Server(#[from] crate::server::Error),
 }
 
 /// Runs the agent until `stop`; the containers keep running after it.
@@ -173,9 +183,18 @@ async fn run_with(
         reserved_memory_bytes: options.reserved_memory_bytes,
         eviction_memory_bytes: options.eviction_memory_bytes,
         eviction_nodefs_percent: options.eviction_nodefs_percent,
-        kubelet_port: 10250,
+        kubelet_port: i32::from(options.kubelet_port),
         kubelet_version: "v1.33.0".into(),
     });
+    // The agent's server listens before the Node says where it is.
+    let serving = match &options.serving_tls {
+        Some(tls) => {
+            let config = crate::server::tls_config(tls)?;
+            let address = std::net::SocketAddr::from(([0, 0, 0, 0], options.kubelet_port));
+            Some((crate::server::bind(address).await?, config))
+        }
+        None => None,
+    };
     let machine = Machine::detect(&options.data_dir);
     let allocatable_cpu_millis =
         (i128::from(machine.cpus) * 1000 - i128::from(options.reserved_cpu_millis)).max(0);
@@ -244,6 +263,17 @@ async fn run_with(
         tokens: Default::default(),
     });
     let informers = Informers::new(client, stop.child_token());
+    if let Some((listener, config)) = serving {
+        let node = crate::server::Node {
+            pods: informers
+                .typed_with_fields::<k8s_openapi::api::core::v1::Pod>(&pods::node_fields(
+                    &options.node_name,
+                ))
+                .store(),
+            runtime: shared.runtime.clone(),
+        };
+        tasks.spawn(crate::server::serve(listener, config, node, stop.clone()));
+    }
     pods::run(shared, &informers, &options.node_name, stop.clone()).await;
     while tasks.join_next().await.is_some() {}
     Ok(())

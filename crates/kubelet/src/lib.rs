@@ -9,6 +9,7 @@ pub mod images;
 pub mod network;
 pub mod node;
 pub mod pods;
+pub mod server;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -113,9 +113,14 @@ pub fn host_ports(pods: &[Arc<Pod>]) -> Vec<crate::network::HostPort> {
     ports
 }
 
+/// The field selector of the pods bound to `node`.
+pub fn node_fields(node: &str) -> String {
+    format!("spec.nodeName={node}")
+}
+
 /// Runs the pods of `node` until `stop`.
 pub async fn run(shared: Arc<Shared>, informers: &Informers, node: &str, stop: CancellationToken) {
-    let informer = informers.typed_with_fields::<Pod>(&format!("spec.nodeName={node}"));
+    let informer = informers.typed_with_fields::<Pod>(&node_fields(node));
     let mut changes = informer.subscribe();
     informer.wait_synced().await;
     let store = informer.store();
