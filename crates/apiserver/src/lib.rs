@@ -8,6 +8,7 @@ pub mod cache;
 mod crd;
 mod discovery;
 pub mod health;
+pub mod kubelet;
 pub mod metrics;
 pub mod negotiate;
 mod openapi;

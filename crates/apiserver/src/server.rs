@@ -181,8 +181,13 @@ impl Server {
         tasks.spawn(repair_allocations(state.clone(), cancel.clone()));
         let mut address = None;
         if let Some(listener) = listener {
-            let tls_config = tls::server_config(&tls::TlsFiles::new(&options.data_dir))
-                .context("load TLS certificates")?;
+            let files = tls::TlsFiles::new(&options.data_dir);
+            let tls_config = tls::server_config(&files).context("load TLS certificates")?;
+            let kubelet = tls::kubelet_client_config(&files)
+                .context("load the kubelet client certificate")?;
+            let _ = state
+                .kubelet
+                .set(crate::kubelet::KubeletClient::new(kubelet));
             address = Some(listener.local_addr()?);
             let app = router(state.clone());
             let shutdown = cancel.clone();

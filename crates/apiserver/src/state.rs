@@ -60,6 +60,9 @@ pub struct State {
     /// The cluster CA certificate (PEM) of a listening server, served
     /// anonymously at `/cacerts` for agents joining (k3s's endpoint).
     pub ca_bundle: std::sync::OnceLock<Bytes>,
+    /// The client node agents are reached with (`pods/log`); set by a
+    /// server that has the cluster's TLS material.
+    pub kubelet: std::sync::OnceLock<crate::kubelet::KubeletClient>,
 }
 
 /// Requests served at once before 429 (upstream's max-requests-inflight
@@ -96,6 +99,7 @@ impl State {
             quota_locks: Default::default(),
             issuer: Default::default(),
             ca_bundle: Default::default(),
+            kubelet: std::sync::OnceLock::new(),
         })
     }
 }

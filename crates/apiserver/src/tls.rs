@@ -49,6 +49,13 @@ impl TlsFiles {
     pub fn admin_key(&self) -> PathBuf {
         self.dir.join("admin.key")
     }
+    /// The API server's client certificate for node agents.
+    pub fn kubelet_client_cert(&self) -> PathBuf {
+        self.dir.join("kubelet-client.crt")
+    }
+    pub fn kubelet_client_key(&self) -> PathBuf {
+        self.dir.join("kubelet-client.key")
+    }
 }
 
 /// Writes `contents` to `path`, readable by its owner only.
@@ -163,7 +170,84 @@ pub fn ensure(files: &TlsFiles, names: &[String]) -> anyhow::Result<()> {
         write_private(&files.admin_key(), &key.serialize_pem())?;
         std::fs::write(files.admin_cert(), cert.pem())?;
     }
+    if !(files.kubelet_client_cert().exists() && files.kubelet_client_key().exists()) {
+        // Upstream's `apiserver-kubelet-client`: what node agents let in.
+        let (cert, key) = issue(
+            &issuer,
+            "kube-apiserver-kubelet-client",
+            "system:masters",
+            &[],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )?;
+        write_private(&files.kubelet_client_key(), &key)?;
+        std::fs::write(files.kubelet_client_cert(), cert)?;
+    }
     Ok(())
+}
+
+/// A certificate (PEM) and its new key (PEM) signed by the CA.
+fn issue(
+    issuer: &Issuer<'_, impl rcgen::SigningKey>,
+    common_name: &str,
+    organization: &str,
+    names: &[String],
+    usage: ExtendedKeyUsagePurpose,
+) -> anyhow::Result<(String, String)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.subject_alt_names = sans(names)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, organization);
+    params.extended_key_usages = vec![usage];
+    params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// A serving certificate for the node agent of `node` (PEM certificate
+/// and key), signed by the cluster CA as upstream's
+/// `kubernetes.io/kubelet-serving` signer would: `system:node:<node>` in
+/// `system:nodes`, valid for `names` (the node's name and addresses).
+pub fn issue_kubelet_serving(
+    files: &TlsFiles,
+    node: &str,
+    names: &[String],
+) -> anyhow::Result<(String, String)> {
+    let key =
+        KeyPair::from_pem(&std::fs::read_to_string(files.ca_key())?).context("read the CA key")?;
+    let issuer = Issuer::from_ca_cert_pem(&std::fs::read_to_string(files.ca_cert())?, &key)
+        .context("read the CA certificate")?;
+    issue(
+        &issuer,
+        &format!("system:node:{node}"),
+        "system:nodes",
+        names,
+        ExtendedKeyUsagePurpose::ServerAuth,
+    )
+}
+
+/// The rustls configuration the API server reaches node agents with: the
+/// cluster CA for their serving certificates, its kubelet client
+/// certificate for itself; HTTP/1.1 (streams are upgraded over it).
+pub fn kubelet_client_config(files: &TlsFiles) -> anyhow::Result<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs(&files.ca_cert())? {
+        roots.add(cert)?;
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            certs(&files.kubelet_client_cert())?,
+            key(&files.kubelet_client_key())?,
+        )?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 fn certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {

@@ -38,6 +38,11 @@ pub struct NodeArgs {
     /// same name. (Two agents on one machine need two.)
     #[arg(long, default_value = "rudder0")]
     pub cni_bridge: String,
+
+    /// The port of the agent's HTTPS server (`kubectl logs` reaches it
+    /// through the API server), as upstream's kubelet `--port`.
+    #[arg(long, default_value_t = 10250)]
+    pub kubelet_port: u16,
 }
 
 impl NodeArgs {
@@ -60,6 +65,7 @@ impl NodeArgs {
             options.eviction_nodefs_percent,
         ) = parse_eviction_hard(&self.eviction_hard)
             .map_err(|e| anyhow::anyhow!("--eviction-hard: {e}"))?;
+        options.kubelet_port = self.kubelet_port;
         options.bridge = self.cni_bridge.clone();
         options.nftables_table = self.cni_bridge.clone();
         options.cluster_cidr = cluster_cidr

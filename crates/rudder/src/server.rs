@@ -290,6 +290,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             &args.service_cidr,
         )?;
         options.control_plane = true;
+        serve_agent(&mut options, &args.data_dir).await?;
         let client = server.client(&Identity::node(&options.node_name));
         tasks.spawn(run_agent(client, options, cancel.clone()));
     }
@@ -336,6 +337,38 @@ pub(crate) async fn run_agent(
             _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
         }
     }
+}
+
+/// The in-process agent's server: its address (the node IP, found now if
+/// not given) and a serving certificate for it from the cluster CA, with
+/// the CA its clients' certificates must come from.
+async fn serve_agent(
+    options: &mut rudder_kubelet::agent::Options,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let node_ip = match options.node_ip {
+        Some(ip) => ip,
+        None => rudder_kubelet::network::node_ip().await.into(),
+    };
+    options.node_ip = Some(node_ip);
+    let files = rudder_apiserver::tls::TlsFiles::new(data_dir);
+    let mut names = vec![options.node_name.clone(), node_ip.to_string()];
+    for local in ["127.0.0.1", "localhost"] {
+        if !names.iter().any(|n| n == local) {
+            names.push(local.to_string());
+        }
+    }
+    let (cert_pem, key_pem) =
+        rudder_apiserver::tls::issue_kubelet_serving(&files, &options.node_name, &names)
+            .context("issue the node agent's serving certificate")?;
+    let client_ca_pem = std::fs::read_to_string(files.ca_cert())
+        .with_context(|| format!("read the cluster CA {}", files.ca_cert().display()))?;
+    options.serving_tls = Some(rudder_kubelet::server::ServingTls {
+        cert_pem,
+        key_pem,
+        client_ca_pem,
+    });
+    Ok(())
 }
 
 pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {

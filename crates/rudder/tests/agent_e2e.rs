@@ -47,6 +47,8 @@ struct Cluster {
     server: Option<Child>,
     data: PathBuf,
     port: u16,
+    /// The agent's HTTPS port (`kubectl logs` goes through it).
+    kubelet_port: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -67,10 +69,12 @@ impl Cluster {
             String::from_utf8_lossy(&packed.stderr)
         );
         let port = rudder_apiserver::testing::free_port().expect("a free port");
+        let kubelet_port = rudder_apiserver::testing::free_port().expect("a free port");
         let mut cluster = Cluster {
             server: None,
             data,
             port,
+            kubelet_port,
             _dir: dir,
         };
         cluster.spawn();
@@ -91,6 +95,8 @@ impl Cluster {
             .arg(&self.data)
             .args(["--node-name", "e2e-node", "--node-ip", "127.0.0.1"])
             .args(["--cluster-cidr", CLUSTER_CIDR, "--cni-bridge", BRIDGE])
+            .arg("--kubelet-port")
+            .arg(self.kubelet_port.to_string())
             // A shared build machine's disk may well be past upstream's 10%:
             // DiskPressure would taint the node and nothing would schedule.
             .args([
@@ -482,6 +488,8 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
         },
     );
 
+    container_logs(&cluster, &k, &kubectl);
+
     // Probes on real containers: readiness (exec) flips Ready on and off
     // as the container makes and removes /tmp/ready; liveness (httpGet)
     // fails once index.html is gone, and the container is restarted.
@@ -732,4 +740,159 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
         .expect("ip link");
     let links = String::from_utf8_lossy(&links.stdout);
     assert!(!links.contains(BRIDGE), "the bridge is left: {links}");
+}
+
+/// `kubectl logs` through the API server's `pods/log` and the agent's
+/// HTTPS server: two containers (one restarting), stdout and stderr, a
+/// line longer than the runtime's 16 KiB split, `-c`, `--all-containers`,
+/// `--previous`, `--tail`, `--timestamps`, `--since`, `--limit-bytes`,
+/// `-f` seeing a line written after it started, and the errors.
+fn container_logs(cluster: &Cluster, k: &Kubectl<'_>, kubectl: &Path) {
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "logs"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+          {"name": "counter", "image": "rudder.local/busybox:1",
+           "command": ["sh", "-c", "for i in 1 2 3; do echo line $i; done; echo oops >&2; printf '%020000d\\n' 0; i=0; while true; do i=$((i+1)); echo tick $i; sleep 1; done"]},
+          {"name": "once", "image": "rudder.local/busybox:1",
+           "command": ["sh", "-c", "echo run $(cat /proc/sys/kernel/random/uuid); sleep 1; exit 1"]}]}}"#;
+    let (ok, out) = k.run(&["apply", "-f", "-"], Some(pod));
+    assert!(ok, "{out}");
+    wait_for(
+        "logs running with a restarted container",
+        Duration::from_secs(60),
+        cluster,
+        || {
+            let (ok, out) = k.run(
+                &["get", "pod", "logs", "-o", "jsonpath={.status.containerStatuses[?(@.name==\"counter\")].state.running.startedAt} {.status.containerStatuses[?(@.name==\"once\")].lastState.terminated.exitCode}"],
+                None,
+            );
+            let words: Vec<&str> = out.split_whitespace().collect();
+            (ok && words.len() == 2 && words[1] == "1").then_some(())
+        },
+    );
+    let logs = |args: &[&str]| {
+        let mut all = vec!["logs", "logs"];
+        all.extend_from_slice(args);
+        let (ok, out) = k.run(&all, None);
+        assert!(ok, "kubectl {all:?}: {out}");
+        out
+    };
+    let counter = wait_for("a few ticks", Duration::from_secs(20), cluster, || {
+        let out = logs(&["-c", "counter"]);
+        out.contains("tick 3").then_some(out)
+    });
+    // stdout and stderr are two pipes: "oops" has no fixed place.
+    let lines: Vec<&str> = counter.lines().filter(|l| *l != "oops").collect();
+    let long = "0".repeat(20000);
+    let shown: Vec<String> = lines
+        .iter()
+        .map(|l| format!("{}…({})", l.chars().take(20).collect::<String>(), l.len()))
+        .collect();
+    assert_eq!(&lines[..3], ["line 1", "line 2", "line 3"], "{shown:?}");
+    assert!(counter.lines().any(|l| l == "oops"), "{shown:?}");
+    assert!(lines[3] == long, "a long line joined whole: {shown:?}");
+    assert_eq!(lines[4], "tick 1", "{shown:?}");
+
+    let tail = logs(&["-c", "counter", "--tail=2"]);
+    assert_eq!(tail.lines().count(), 2, "{tail}");
+    assert!(tail.lines().all(|l| l.starts_with("tick ")), "{tail}");
+    assert_eq!(logs(&["-c", "counter", "--limit-bytes=9"]), "line 1\nli");
+    let stamped = logs(&["-c", "counter", "--timestamps", "--tail=1"]);
+    let (time, rest) = stamped.trim_end().split_once(' ').expect("a time");
+    assert!(
+        time.len() >= 30
+            && &time[10..11] == "T"
+            && &time[19..20] == "."
+            && time[20..29].bytes().all(|b| b.is_ascii_digit()),
+        "RFC3339 with nine digits: {stamped}"
+    );
+    assert!(rest.starts_with("tick "), "{stamped}");
+    let recent = logs(&["-c", "counter", "--since=1s"]);
+    assert!(
+        !recent.contains("line 1") && recent.lines().count() <= 3,
+        "{recent}"
+    );
+    assert!(logs(&["-c", "counter", "--since=1h"]).contains("line 1"));
+
+    let previous = logs(&["-c", "once", "--previous"]);
+    assert!(previous.starts_with("run "), "{previous}");
+    let all = logs(&["--all-containers"]);
+    assert!(all.contains("line 1") && all.contains("run "), "{all}");
+
+    // -f: a tick written after kubectl started.
+    let last = |text: &str| -> u64 {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("tick ")?.parse().ok())
+            .max()
+            .unwrap_or(0)
+    };
+    let before = last(&logs(&["-c", "counter"]));
+    let mut follow = Command::new(kubectl)
+        .arg(format!("--kubeconfig={}", k.kubeconfig.display()))
+        .arg(format!("--cache-dir={}", k.cache.display()))
+        .args(["logs", "-f", "logs", "-c", "counter", "--tail=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl logs -f");
+    let stdout = follow.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    let live = loop {
+        match rx.recv_timeout(Duration::from_millis(500)) {
+            // With --tail=1, every line after the first was written
+            // after the agent began following.
+            Ok(line) => {
+                seen.push(line);
+                if seen.len() >= 2 && last(&seen[1]) > before {
+                    break true;
+                }
+            }
+            Err(_) if Instant::now() > deadline => break false,
+            Err(_) => {}
+        }
+    };
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(
+        live,
+        "kubectl logs -f saw only {seen:?} (before: tick {before})"
+    );
+
+    // The errors, as upstream words them.
+    let (ok, out) = k.run(
+        &["get", "--raw", "/api/v1/namespaces/default/pods/logs/log"],
+        None,
+    );
+    assert!(!ok);
+    assert!(
+        out.contains(
+            "a container name must be specified for pod logs, choose one of: [counter once]"
+        ),
+        "{out}"
+    );
+    let (ok, out) = k.run(&["logs", "logs", "-c", "nope"], None);
+    assert!(
+        !ok && out.contains("container nope is not valid for pod logs"),
+        "{out}"
+    );
+    let (ok, out) = k.run(&["logs", "logs", "-c", "counter", "--previous"], None);
+    assert!(
+        !ok && out.contains("previous terminated container \"counter\" in pod \"logs\" not found"),
+        "{out}"
+    );
+    let (ok, out) = k.run(&["delete", "pod", "logs", "--wait=false"], None);
+    assert!(ok, "{out}");
 }

@@ -5,6 +5,7 @@
 mod apply;
 mod components;
 pub(crate) mod objects;
+mod podlog;
 mod read;
 mod review;
 mod subresource;

@@ -1,9 +1,9 @@
 //! Subresources: `status` (the status alone; a CertificateSigningRequest's
 //! `approval` too, its strategy keeping all but the conditions), `scale` (an
-//! `autoscaling/v1 Scale` view of `spec.replicas`), `pods/binding` and
-//! `namespaces/finalize`. The node-facing ones (log, exec, attach,
-//! port-forward, proxy) need a node agent and answer as upstream does for a
-//! pod without one.
+//! `autoscaling/v1 Scale` view of `spec.replicas`), `pods/binding`,
+//! `namespaces/finalize` and `pods/log` (from the node agent: `podlog.rs`).
+//! The other node-facing ones (exec, attach, port-forward, proxy) are not
+//! served yet and answer as upstream does for a pod without a node.
 
 use axum::http::StatusCode;
 use bytes::Bytes;
@@ -65,7 +65,8 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
             })
             .await
         }
-        ("log" | "exec" | "attach" | "portforward" | "proxy", _) => {
+        ("log", Verb::Get) => super::podlog::get(ctx).await,
+        ("exec" | "attach" | "portforward" | "proxy", _) => {
             let (object, _) = ctx.current().await?;
             let node = object
                 .pointer("/spec/nodeName")

@@ -17,7 +17,7 @@ use rudder_api::podlogs::{self, LogOptions};
 use tokio::sync::mpsc;
 
 use super::crilog::{self, ReadOptions, Sink};
-use super::{Body, Node, text};
+use super::{Body, Node, Refusal};
 use crate::cri::ContainerState;
 
 /// Percent-decoded `key=value` pairs of a query.
@@ -57,7 +57,7 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
 
 /// The log options of a query; `tail` is the old name of `tailLines`
 /// (`all` = every line), as upstream still reads it.
-fn options(query: Option<&str>) -> Result<LogOptions, Response<Body>> {
+fn options(query: Option<&str>) -> Result<LogOptions, Refusal> {
     let mut pairs = query_pairs(query.unwrap_or_default());
     if let Some(tail) = pairs
         .iter()
@@ -78,13 +78,13 @@ fn options(query: Option<&str>) -> Result<LogOptions, Response<Body>> {
             .map(|(_, v)| v.as_str())
     };
     let options = LogOptions::from_query(get).map_err(|_| {
-        text(
+        Refusal::new(
             StatusCode::BAD_REQUEST,
             r#"{"message": "Unable to decode query."}"#,
         )
     })?;
     if options.validate("").is_err() {
-        return Err(text(
+        return Err(Refusal::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             r#"{"message": "Invalid request."}"#,
         ));
@@ -101,7 +101,7 @@ pub async fn container_logs(
 ) -> Response<Body> {
     match open(node, namespace, name, container, query).await {
         Ok(response) => response,
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -111,10 +111,10 @@ async fn open(
     name: &str,
     container: &str,
     query: Option<&str>,
-) -> Result<Response<Body>, Response<Body>> {
+) -> Result<Response<Body>, Refusal> {
     let options = options(query)?;
     let pod = node.pods.get_in(Some(namespace), name).ok_or_else(|| {
-        text(
+        Refusal::new(
             StatusCode::NOT_FOUND,
             format!("pod {name:?} does not exist"),
         )
@@ -123,17 +123,17 @@ async fn open(
         .iter()
         .any(|c| c == container)
     {
-        return Err(text(
+        return Err(Refusal::new(
             StatusCode::NOT_FOUND,
             format!("container {container:?} not found in pod {name:?}"),
         ));
     }
     let status = pod.status.clone().unwrap_or_default();
     let id = podlogs::log_container_id(name, &status, container, options.previous)
-        .map_err(|message| text(StatusCode::BAD_REQUEST, message))?;
+        .map_err(|message| Refusal::new(StatusCode::BAD_REQUEST, message))?;
     let id = podlogs::runtime_id(&id).to_string();
     let unavailable = || {
-        text(
+        Refusal::new(
             StatusCode::BAD_REQUEST,
             format!("unable to retrieve container logs for containerd://{id}"),
         )
@@ -148,7 +148,7 @@ async fn open(
     }
     let path = std::path::PathBuf::from(&runtime_status.log_path);
     let file = std::fs::File::open(&path).map_err(|error| {
-        text(
+        Refusal::new(
             StatusCode::BAD_REQUEST,
             format!(
                 "failed to open log file {:?}: {error}",
@@ -214,11 +214,11 @@ mod tests {
         assert_eq!(tail("tail=all&tailLines=3"), None);
         assert_eq!(tail("tailLines=3"), Some(3));
         assert_eq!(
-            options(Some("tailLines=-1")).err().map(|r| r.status()),
+            options(Some("tailLines=-1")).err().map(|r| r.code),
             Some(StatusCode::UNPROCESSABLE_ENTITY)
         );
         assert_eq!(
-            options(Some("follow=maybe")).err().map(|r| r.status()),
+            options(Some("follow=maybe")).err().map(|r| r.code),
             Some(StatusCode::BAD_REQUEST)
         );
         let pairs = query_pairs("sinceTime=2026-01-01T00%3A00%3A00Z&a");

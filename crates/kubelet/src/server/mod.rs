@@ -98,6 +98,27 @@ fn text(code: StatusCode, message: impl Into<String>) -> Response<Body> {
     response
 }
 
+/// A request refused as the kubelet refuses it: a code and a plain-text
+/// message.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    pub code: StatusCode,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: StatusCode, message: impl Into<String>) -> Self {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        text(self.code, self.message)
+    }
+}
+
 /// The rustls configuration: the serving certificate, client
 /// certificates verified against the CA when offered.
 pub fn tls_config(tls: &ServingTls) -> Result<rustls::ServerConfig, Error> {
@@ -167,9 +188,9 @@ fn subresource(path: &str) -> &'static str {
 }
 
 /// Authentication and authorization of one request.
-fn admit(user: Option<&User>, request: &Request<Incoming>) -> Result<(), Response<Body>> {
+fn admit(user: Option<&User>, request: &Request<Incoming>) -> Result<(), Refusal> {
     let Some(user) = user else {
-        return Err(text(StatusCode::UNAUTHORIZED, "Unauthorized"));
+        return Err(Refusal::new(StatusCode::UNAUTHORIZED, "Unauthorized"));
     };
     if user.groups.iter().any(|g| g == "system:masters") {
         return Ok(());
@@ -182,7 +203,7 @@ fn admit(user: Option<&User>, request: &Request<Incoming>) -> Result<(), Respons
         hyper::Method::DELETE => "delete",
         _ => "*",
     };
-    Err(text(
+    Err(Refusal::new(
         StatusCode::FORBIDDEN,
         format!(
             "Forbidden (user={}, verb={verb}, resource=nodes, subresource={})",
@@ -198,7 +219,7 @@ async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     if let Err(refused) = admit(user.as_ref(), &request) {
-        return Ok(refused);
+        return Ok(refused.into_response());
     }
     let path = request.uri().path().to_string();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
