@@ -864,11 +864,28 @@ fn container_logs(cluster: &Cluster, k: &Kubectl<'_>, kubectl: &Path) {
             Err(_) => {}
         }
     };
+    // The API server's request to the agent lives as long as kubectl's.
+    let to_agent = || {
+        let out = Command::new("ss")
+            .args(["-Htn", "state", "established"])
+            .arg(format!("( dport = :{} )", cluster.kubelet_port))
+            .output()
+            .expect("ss");
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    let following = to_agent();
     let _ = follow.kill();
     let _ = follow.wait();
     assert!(
         live,
         "kubectl logs -f saw only {seen:?} (before: tick {before})"
+    );
+    assert_eq!(following, 1, "one connection to the agent while following");
+    wait_for(
+        "the connection to the agent to close with kubectl's",
+        Duration::from_secs(10),
+        cluster,
+        || (to_agent() == 0).then_some(()),
     );
 
     // The errors, as upstream words them.
