@@ -18,6 +18,9 @@ use crate::cri::{
 struct FakeContainer {
     listed: Container,
     config: cri::ContainerConfig,
+    /// The sandbox's log directory joined with the container's log path,
+    /// as containerd reports it.
+    log_path: String,
     started_at: i64,
     finished_at: i64,
     exit_code: i32,
@@ -226,8 +229,13 @@ impl Runtime for FakeRuntime {
         &self,
         sandbox_id: &str,
         config: cri::ContainerConfig,
-        _sandbox_config: cri::PodSandboxConfig,
+        sandbox_config: cri::PodSandboxConfig,
     ) -> Result<String> {
+        let log_path = if config.log_path.is_empty() {
+            String::new()
+        } else {
+            format!("{}/{}", sandbox_config.log_directory, config.log_path)
+        };
         let metadata = config.metadata.clone().unwrap_or_default();
         self.record(format!("CreateContainer {}", metadata.name));
         let mut state = self.state();
@@ -250,6 +258,7 @@ impl Runtime for FakeRuntime {
                     annotations: config.annotations.clone(),
                 },
                 config,
+                log_path,
                 started_at: 0,
                 finished_at: 0,
                 exit_code: 0,
@@ -324,6 +333,7 @@ impl Runtime for FakeRuntime {
             reason: c.reason.clone(),
             labels: c.listed.labels.clone(),
             annotations: c.listed.annotations.clone(),
+            log_path: c.log_path.clone(),
             ..Default::default()
         })
     }
