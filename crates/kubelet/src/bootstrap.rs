@@ -121,6 +121,18 @@ pub fn ca_hash(ca_pem: &[u8]) -> String {
         .collect()
 }
 
+/// The cluster CA (PEM) of the kubeconfig kept in `agent_dir`.
+pub fn cluster_ca(agent_dir: &Path) -> Option<String> {
+    let yaml = std::fs::read_to_string(kubeconfig_path(agent_dir)).ok()?;
+    let data = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data:"))?;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .ok()?;
+    String::from_utf8(pem).ok()
+}
+
 /// The kubeconfig the agent keeps its identity in.
 pub fn kubeconfig_path(agent_dir: &Path) -> PathBuf {
     agent_dir.join("kubelet.kubeconfig")
@@ -240,8 +252,100 @@ async fn fetch_ca(server: &str, token: &JoinToken) -> Result<Vec<u8>, Error> {
 /// A new key and its CertificateSigningRequest for `node`, approved and
 /// signed by the server: (certificate PEM, key PEM).
 async fn request_certificate(client: kube::Client, node: &str) -> Result<(String, String), Error> {
+    let kind = Kind {
+        signer: SIGNER,
+        usage: "client auth",
+        names: &[],
+    };
+    request(client, node, &kind).await
+}
+
+/// What certificate a node asks for.
+struct Kind<'a> {
+    signer: &'a str,
+    /// `client auth` or `server auth` (with `digital signature`).
+    usage: &'a str,
+    /// Subject alternative names (DNS names or IP addresses).
+    names: &'a [String],
+}
+
+/// The signer of node serving certificates.
+pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+/// The agent's serving certificate for `names` (its node name and
+/// addresses), kept as `kubelet-serving.pem` (certificate and key, 0600)
+/// in `agent_dir` and reused while it is good for more than an hour and
+/// names the same; otherwise asked for as the node itself
+/// (`kubernetes.io/kubelet-serving`, which the server approves for a
+/// node's own name): (certificate PEM, key PEM).
+pub async fn serving_certificate(
+    client: kube::Client,
+    node: &str,
+    names: &[String],
+    agent_dir: &Path,
+) -> Result<(String, String), Error> {
+    let path = agent_dir.join("kubelet-serving.pem");
+    if let Some(kept) = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|pem| kept_serving(&pem, names))
+    {
+        return Ok(kept);
+    }
+    let kind = Kind {
+        signer: SERVING_SIGNER,
+        usage: "server auth",
+        names,
+    };
+    let (certificate, key) = request(client, node, &kind).await?;
+    write_private(&path, &format!("{certificate}{key}"))?;
+    Ok((certificate, key))
+}
+
+/// The certificate and key of a kept `kubelet-serving.pem`, if it names
+/// exactly `names` and has more than an hour left.
+fn kept_serving(pem: &str, names: &[String]) -> Option<(String, String)> {
+    let end = "-----END CERTIFICATE-----\n";
+    let split = pem.find(end)? + end.len();
+    let (certificate, key) = pem.split_at(split);
+    let (_, block) = x509_parser::pem::parse_x509_pem(certificate.as_bytes()).ok()?;
+    let parsed = block.parse_x509().ok()?;
+    if parsed.validity().time_to_expiration()?.whole_seconds() < RENEW_BEFORE.as_secs() as i64 {
+        return None;
+    }
+    let mut found: Vec<String> = parsed
+        .subject_alternative_name()
+        .ok()??
+        .value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            x509_parser::extensions::GeneralName::DNSName(dns) => Some(dns.to_string()),
+            x509_parser::extensions::GeneralName::IPAddress(bytes) => match bytes.len() {
+                4 => <[u8; 4]>::try_from(*bytes)
+                    .ok()
+                    .map(|b| std::net::IpAddr::from(b).to_string()),
+                16 => <[u8; 16]>::try_from(*bytes)
+                    .ok()
+                    .map(|b| std::net::IpAddr::from(b).to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let mut wanted = names.to_vec();
+    found.sort();
+    wanted.sort();
+    (found == wanted && key.contains("PRIVATE KEY"))
+        .then(|| (certificate.to_string(), key.to_string()))
+}
+
+async fn request(
+    client: kube::Client,
+    node: &str,
+    kind: &Kind<'_>,
+) -> Result<(String, String), Error> {
     let key = rcgen::KeyPair::generate()?;
-    let mut params = rcgen::CertificateParams::default();
+    let mut params = rcgen::CertificateParams::new(kind.names.to_vec())?;
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
@@ -257,8 +361,8 @@ async fn request_certificate(client: kube::Client, node: &str) -> Result<(String
         },
         spec: CertificateSigningRequestSpec {
             request: k8s_openapi::ByteString(request.pem()?.into_bytes()),
-            signer_name: SIGNER.into(),
-            usages: Some(vec!["digital signature".into(), "client auth".into()]),
+            signer_name: kind.signer.into(),
+            usages: Some(vec!["digital signature".into(), kind.usage.into()]),
             ..Default::default()
         },
         status: None,
@@ -267,7 +371,7 @@ async fn request_certificate(client: kube::Client, node: &str) -> Result<(String
     api.create(&PostParams::default(), &csr)
         .await
         .map_err(Error::Request)?;
-    tracing::info!(csr = %name, node, "asked for a node client certificate");
+    tracing::info!(csr = %name, node, signer = kind.signer, "asked for a node certificate");
     let deadline = tokio::time::Instant::now() + ISSUE_TIMEOUT;
     loop {
         let current = api.get(&name).await.map_err(Error::Request)?;
@@ -361,6 +465,23 @@ mod tests {
             ca_hash(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn a_kept_serving_certificate_is_reused_only_for_the_same_names() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let names = vec!["n1".to_string(), "192.0.2.7".to_string()];
+        let params = rcgen::CertificateParams::new(names.clone()).expect("params");
+        let cert = params.self_signed(&key).expect("cert");
+        let pem = format!("{}{}", cert.pem(), key.serialize_pem());
+        let (certificate, kept_key) = kept_serving(&pem, &names).expect("kept");
+        assert_eq!(certificate, cert.pem());
+        assert_eq!(kept_key, key.serialize_pem());
+        let reordered = vec!["192.0.2.7".to_string(), "n1".to_string()];
+        assert!(kept_serving(&pem, &reordered).is_some());
+        let moved = vec!["n1".to_string(), "192.0.2.8".to_string()];
+        assert!(kept_serving(&pem, &moved).is_none(), "a new address");
+        assert!(kept_serving("garbage", &names).is_none());
     }
 
     #[test]

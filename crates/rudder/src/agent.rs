@@ -140,6 +140,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         joined = join(&args.server, &token, &options.node_name, &agent_dir, &stop) => joined?,
         signal = crate::server::shutdown_signal() => return signal,
     };
+    let mut options = options;
+    tokio::select! {
+        () = serve(&client, &mut options, &agent_dir) => {}
+        signal = crate::server::shutdown_signal() => return signal,
+    }
     let task = {
         let stop = stop.clone();
         tokio::spawn(crate::server::run_agent(client, options, stop))
@@ -175,6 +180,46 @@ async fn join(
         tokio::select! {
             _ = stop.cancelled() => anyhow::bail!("stopped before joining"),
             _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+/// The agent's HTTPS server (logs): a serving certificate for its name and
+/// address, asked of the cluster as the node itself, and the cluster CA
+/// for its clients (the API server's kubelet client certificate). Without
+/// one the agent runs without its server, saying why.
+async fn serve(
+    client: &kube::Client,
+    options: &mut rudder_kubelet::agent::Options,
+    agent_dir: &std::path::Path,
+) {
+    let node_ip = match options.node_ip {
+        Some(ip) => ip,
+        None => rudder_kubelet::network::node_ip().await.into(),
+    };
+    options.node_ip = Some(node_ip);
+    let names = vec![options.node_name.clone(), node_ip.to_string()];
+    let Some(client_ca_pem) = rudder_kubelet::bootstrap::cluster_ca(agent_dir) else {
+        tracing::warn!("no cluster CA in the agent's kubeconfig: the agent's server stays off");
+        return;
+    };
+    match rudder_kubelet::bootstrap::serving_certificate(
+        client.clone(),
+        &options.node_name,
+        &names,
+        agent_dir,
+    )
+    .await
+    {
+        Ok((cert_pem, key_pem)) => {
+            options.serving_tls = Some(rudder_kubelet::server::ServingTls {
+                cert_pem,
+                key_pem,
+                client_ca_pem,
+            });
+        }
+        Err(error) => {
+            tracing::warn!(error = %format!("{error:#}"), "no serving certificate: the agent's server (logs) stays off");
         }
     }
 }

@@ -279,10 +279,15 @@ fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
     );
     assert!(ok, "{csrs}");
     let id = &token[3 + 64 + 2..3 + 64 + 2 + 6];
+    let mut lines: Vec<&str> = csrs.trim().lines().collect();
+    lines.sort();
     assert_eq!(
-        csrs.trim(),
-        format!("system:bootstrap:{id} kubernetes.io/kube-apiserver-client-kubelet Approved"),
-        "one node CSR, asked by the bootstrap user, approved"
+        lines,
+        [
+            format!("system:bootstrap:{id} kubernetes.io/kube-apiserver-client-kubelet Approved"),
+            format!("system:node:{NODE} kubernetes.io/kubelet-serving Approved"),
+        ],
+        "the node's client certificate asked by the bootstrap user, its serving one by the node"
     );
     let kubeconfig = cluster.agent_dir().join("agent/kubelet.kubeconfig");
     use std::os::unix::fs::PermissionsExt;
@@ -301,7 +306,7 @@ fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
     let pod = format!(
         r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "reader"}},
           "spec": {{"terminationGracePeriodSeconds": 1, "containers": [{{"name": "c", "image": "{IMAGE}",
-            "command": ["sh", "-c", "cat /var/run/secrets/kubernetes.io/serviceaccount/token > /out/token; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace > /out/namespace; exec sleep 3600"],
+            "command": ["sh", "-c", "echo hello from the joined node; cat /var/run/secrets/kubernetes.io/serviceaccount/token > /out/token; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace > /out/namespace; exec sleep 3600"],
             "volumeMounts": [{{"name": "out", "mountPath": "/out"}}]}}],
             "volumes": [{{"name": "out", "hostPath": {{"path": "{}"}}}}]}}}}"#,
         out_dir.display()
@@ -335,6 +340,10 @@ fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
         std::fs::read_to_string(out_dir.join("namespace")).expect("namespace"),
         "default"
     );
+    // Its log, through the API server from the joined agent's HTTPS server
+    // (its serving certificate from the cluster CA, through a CSR).
+    let (ok, out) = k.run(&["logs", "reader"], None);
+    assert!(ok && out.contains("hello from the joined node"), "{out}");
     let robot = Kubectl {
         binary: &kubectl,
         kubeconfig: token_kubeconfig(
@@ -381,7 +390,7 @@ fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
         },
     );
     let (_, csrs) = k.run(&["get", "csr", "--no-headers"], None);
-    assert_eq!(csrs.trim().lines().count(), 1, "no second CSR: {csrs}");
+    assert_eq!(csrs.trim().lines().count(), 2, "no new CSR: {csrs}");
 
     // The control plane stops for a while and comes back: the agent keeps
     // its pod running and reports to the new server (its Lease renewed).

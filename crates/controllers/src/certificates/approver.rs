@@ -11,12 +11,19 @@
 //! what upstream's bootstrap bindings grant: `selfnodeclient` to the group
 //! `system:nodes`, `nodeclient` to `system:bootstrappers`, both to
 //! `system:masters`.
+//!
+//! Beyond upstream, as k3s's server signs its agents' serving certificates:
+//! a node's request for its own serving certificate
+//! (`kubernetes.io/kubelet-serving`, CN = the requesting node) is approved
+//! too, so that a joined agent's HTTPS server (logs) is trusted by the API
+//! server. Upstream leaves these to an external approver; the addresses in
+//! it are the node's word, as they are in its Node status.
 
 use std::time::SystemTime;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 
-use super::signer::{KUBE_APISERVER_CLIENT_KUBELET, Request, validate};
+use super::signer::{KUBE_APISERVER_CLIENT_KUBELET, KUBELET_SERVING, Request, validate};
 use super::{Outcome, condition, has_condition, request_pem, usages};
 use crate::Error;
 
@@ -30,6 +37,8 @@ pub enum Recognized {
     SelfNodeClient,
     /// A node client certificate asked for by someone else.
     NodeClient,
+    /// A node asking for its own serving certificate (rudder, as k3s).
+    SelfNodeServing,
 }
 
 impl Recognized {
@@ -38,6 +47,7 @@ impl Recognized {
         match self {
             Recognized::SelfNodeClient => "selfnodeclient",
             Recognized::NodeClient => "nodeclient",
+            Recognized::SelfNodeServing => "selfnodeserving",
         }
     }
 
@@ -50,6 +60,9 @@ impl Recognized {
             Recognized::NodeClient => {
                 "Auto approving kubelet client certificate after SubjectAccessReview."
             }
+            Recognized::SelfNodeServing => {
+                "Auto approving self kubelet serving certificate: the requesting node's own name."
+            }
         }
     }
 
@@ -59,7 +72,7 @@ impl Recognized {
         let member = |group: &str| groups.iter().any(|g| g == group);
         member("system:masters")
             || match self {
-                Recognized::SelfNodeClient => member("system:nodes"),
+                Recognized::SelfNodeClient | Recognized::SelfNodeServing => member("system:nodes"),
                 Recognized::NodeClient => member("system:bootstrappers"),
             }
     }
@@ -68,12 +81,20 @@ impl Recognized {
 /// What the request is, in the order upstream tries: a self node client
 /// request is also a node client one.
 pub fn recognize(csr: &CertificateSigningRequest, request: &Request) -> Vec<Recognized> {
+    let own = csr.spec.username.as_deref() == Some(request.common_name.as_str());
+    if csr.spec.signer_name == KUBELET_SERVING {
+        let valid = validate(KUBELET_SERVING, request, usages(csr)).is_ok();
+        return if valid && own {
+            vec![Recognized::SelfNodeServing]
+        } else {
+            Vec::new()
+        };
+    }
     let node_client = csr.spec.signer_name == KUBE_APISERVER_CLIENT_KUBELET
         && validate(KUBE_APISERVER_CLIENT_KUBELET, request, usages(csr)).is_ok();
     if !node_client {
         return Vec::new();
     }
-    let own = csr.spec.username.as_deref() == Some(request.common_name.as_str());
     if own {
         vec![Recognized::SelfNodeClient, Recognized::NodeClient]
     } else {

@@ -9,18 +9,24 @@ use rcgen::{CertificateParams, DnType, KeyPair};
 use super::*;
 use crate::certificates::condition;
 
-fn node_client(cn: &str, requester: &str, groups: &[&str]) -> CertificateSigningRequest {
+/// A PEM request for `cn` in `system:nodes` with `names` as SANs.
+fn request_pem(cn: &str, names: &[&str]) -> String {
     let key = KeyPair::generate().expect("key");
-    let mut params = CertificateParams::default();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut params = CertificateParams::new(names).expect("params");
     params.distinguished_name.push(DnType::CommonName, cn);
     params
         .distinguished_name
         .push(DnType::OrganizationName, "system:nodes");
-    let pem = params
+    params
         .serialize_request(&key)
         .expect("csr")
         .pem()
-        .expect("pem");
+        .expect("pem")
+}
+
+fn node_client(cn: &str, requester: &str, groups: &[&str]) -> CertificateSigningRequest {
+    let pem = request_pem(cn, &[]);
     CertificateSigningRequest {
         metadata: kube::api::ObjectMeta {
             name: Some("node-csr".into()),
@@ -120,4 +126,31 @@ fn recognition_follows_upstreams_order() {
         [Recognized::SelfNodeClient, Recognized::NodeClient]
     );
     assert_eq!(decide(&csr, &request), None, "no group grants it");
+}
+
+/// A serving request for `cn` (with a DNS and an IP name) by `requester`.
+fn node_serving(cn: &str, requester: &str, groups: &[&str]) -> CertificateSigningRequest {
+    let pem = request_pem(cn, &["n1", "192.0.2.7"]);
+    let mut csr = node_client(cn, requester, groups);
+    csr.spec.request = ByteString(pem.into_bytes());
+    csr.spec.signer_name = KUBELET_SERVING.into();
+    csr.spec.usages = Some(vec!["digital signature".into(), "server auth".into()]);
+    csr
+}
+
+#[test]
+fn a_node_asking_for_its_own_serving_certificate_is_approved_another_is_not() {
+    let own = node_serving("system:node:n1", "system:node:n1", &["system:nodes"]);
+    assert_eq!(
+        approval(&own).as_deref(),
+        Some("Auto approving self kubelet serving certificate: the requesting node's own name.")
+    );
+    let other = node_serving("system:node:n2", "system:node:n1", &["system:nodes"]);
+    assert_eq!(approval(&other), None, "another node's name");
+    let bootstrapper = node_serving(
+        "system:node:n1",
+        "system:node:n1",
+        &["system:bootstrappers"],
+    );
+    assert_eq!(approval(&bootstrapper), None, "not a node");
 }
