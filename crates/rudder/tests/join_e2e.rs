@@ -392,8 +392,83 @@ fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
     let (_, csrs) = k.run(&["get", "csr", "--no-headers"], None);
     assert_eq!(csrs.trim().lines().count(), 2, "no new CSR: {csrs}");
 
-    // The control plane stops for a while and comes back: the agent keeps
-    // its pod running and reports to the new server (its Lease renewed).
+    // Twenty pods survive the agent's SIGKILL: the agent started again
+    // adopts every container, restarting and duplicating none.
+    let (ok, out) = k.run(
+        &[
+            "create",
+            "deployment",
+            "survivor",
+            &format!("--image={IMAGE}"),
+            "--replicas=20",
+            "--",
+            "sleep",
+            "3600",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    let survivors = |k: &Kubectl<'_>| {
+        let (ok, out) = k.run(
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=survivor",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready}{\"\\n\"}{end}",
+            ],
+            None,
+        );
+        assert!(ok, "{out}");
+        let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    let all_running = |lines: &[String]| {
+        lines.len() == 20
+            && lines.iter().all(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                fields.len() == 5
+                    && fields[1] == "Running"
+                    && fields[3] == "0"
+                    && fields[4] == "true"
+            })
+    };
+    let running = wait_for(
+        "20 survivors Running",
+        Duration::from_secs(180),
+        &cluster,
+        || Some(survivors(&k)).filter(|l| all_running(l)),
+    );
+    let socket = cluster.agent_dir().join("agent/containerd/containerd.sock");
+    let runtime_containers = || {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&socket)
+            .args(["--namespace", "k8s.io", "containers", "list", "--quiet"])
+            .output()
+            .expect("ctr");
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    // 21 pods (reader and the survivors): a sandbox and a container each.
+    assert_eq!(runtime_containers(), 42);
+    if let Some(mut agent) = cluster.agent.take() {
+        let _ = agent.kill();
+        let _ = agent.wait();
+    }
+    cluster.start_agent(&token);
+    std::thread::sleep(Duration::from_secs(10));
+    assert_eq!(
+        survivors(&k),
+        running,
+        "the same containers, none restarted, after the agent's SIGKILL"
+    );
+    assert_eq!(runtime_containers(), 42, "no container duplicated");
+
+    // The control plane stops for a minute and comes back: the agent keeps
+    // every pod running and reports to the new server (its Lease renewed),
+    // and the pods' statuses are what they were.
     let container = |k: &Kubectl<'_>| {
         let (ok, out) = k.run(
             &[
@@ -411,7 +486,12 @@ fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
     if let Some(mut server) = cluster.server.take() {
         stop(&mut server);
     }
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(60));
+    assert_eq!(
+        runtime_containers(),
+        42,
+        "every pod ran on without the server"
+    );
     cluster.start_server();
     let renewed = |k: &Kubectl<'_>| {
         let (ok, out) = k.run(
@@ -449,6 +529,13 @@ fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
         Some(before.as_str()),
         "the same container"
     );
+    wait_for(
+        "the survivors' statuses as before the server stopped",
+        Duration::from_secs(60),
+        &cluster,
+        || (survivors(&k) == running).then_some(()),
+    );
+    assert_eq!(runtime_containers(), 42, "no pod lost or duplicated");
 
     // The pod's deletion makes its token worthless.
     let (ok, out) = k.run(&["delete", "pod", "reader", "--wait=true"], None);
