@@ -238,6 +238,13 @@ async fn run_with(
         pods::logs::Rotation::default(),
         stop.clone(),
     ));
+    tasks.spawn(crate::images::gc::run(
+        runtime.clone(),
+        options.layout().dir,
+        crate::images::PAUSE_IMAGE.into(),
+        crate::images::gc::Policy::default(),
+        stop.clone(),
+    ));
     let recorder = Recorder::new(client.clone(), "kubelet", &options.node_name, clock.clone());
     let (host_ports, ports) = tokio::sync::watch::channel(Vec::new());
     tasks.spawn(run_nftables(

@@ -378,6 +378,14 @@ impl Runtime for FakeRuntime {
         Ok(self.state().images.get(image).cloned())
     }
 
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        self.record(format!("RemoveImage {image}"));
+        self.state()
+            .images
+            .retain(|name, id| name != image && id != image);
+        Ok(())
+    }
+
     async fn pull_image(
         &self,
         image: &str,

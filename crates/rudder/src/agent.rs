@@ -122,6 +122,7 @@ impl AgentArgs {
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let mut shutdown = crate::server::Shutdown::listen()?;
     let token = args.join_token()?;
     anyhow::ensure!(
         args.server.starts_with("https://"),
@@ -138,18 +139,18 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let client = tokio::select! {
         joined = join(&args.server, &token, &options.node_name, &agent_dir, &stop) => joined?,
-        signal = crate::server::shutdown_signal() => return signal,
+        signal = shutdown.signalled() => return signal,
     };
     let mut options = options;
     tokio::select! {
         () = serve(&client, &mut options, &agent_dir) => {}
-        signal = crate::server::shutdown_signal() => return signal,
+        signal = shutdown.signalled() => return signal,
     }
     let task = {
         let stop = stop.clone();
         tokio::spawn(crate::server::run_agent(client, options, stop))
     };
-    crate::server::shutdown_signal().await?;
+    shutdown.signalled().await?;
     tracing::info!("shutting down");
     stop.cancel();
     task.await??;

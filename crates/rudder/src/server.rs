@@ -210,6 +210,7 @@ fn scheduler_config(
 }
 
 pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let mut shutdown = Shutdown::listen()?;
     let scheduler_config = scheduler_config(args.scheduler_config.as_deref())?;
     prepare_data_dir(&args.data_dir)?;
     let store = open_store(args.store_choice()?).await?;
@@ -296,7 +297,7 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     }
 
     let outcome = tokio::select! {
-        signal = shutdown_signal() => signal,
+        signal = shutdown.signalled() => signal,
         ended = server.wait() => ended,
         Some(ended) = tasks.join_next() => match ended {
             Ok(Ok(())) => Ok(()),
@@ -371,14 +372,32 @@ async fn serve_agent(
     Ok(())
 }
 
-pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("install the SIGTERM handler")?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("wait for SIGINT")?,
-        _ = term.recv() => {}
+/// SIGTERM and SIGINT, listened for from the moment the command starts:
+/// a signal that comes while the server is still starting stops it cleanly
+/// (before, the default action killed it, and one between two waits was
+/// lost).
+pub(crate) struct Shutdown {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    pub(crate) fn listen() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Shutdown {
+            term: signal(SignalKind::terminate()).context("install the SIGTERM handler")?,
+            interrupt: signal(SignalKind::interrupt()).context("install the SIGINT handler")?,
+        })
     }
-    Ok(())
+
+    /// Until SIGTERM or SIGINT.
+    pub(crate) async fn signalled(&mut self) -> anyhow::Result<()> {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -145,6 +145,8 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     async fn list_images(&self) -> Result<Vec<Image>>;
     /// The image's id when the runtime has it.
     async fn image_status(&self, image: &str) -> Result<Option<String>>;
+    /// Removes an image (by id or name).
+    async fn remove_image(&self, image: &str) -> Result<()>;
     /// Pulls an image, with credentials when given; returns its
     /// reference (id).
     async fn pull_image(

@@ -335,6 +335,20 @@ impl Runtime for RemoteRuntime {
         Ok(reply.into_inner().image.map(|i| i.id))
     }
 
+    async fn remove_image(&self, image: &str) -> Result<()> {
+        self.images
+            .clone()
+            .remove_image(cri::RemoveImageRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(call("RemoveImage"))?;
+        Ok(())
+    }
+
     async fn pull_image(
         &self,
         image: &str,

@@ -5,6 +5,7 @@
 //! `<data-dir>/agent/images/` at start, and `rudder images import`).
 
 pub mod credentials;
+pub mod gc;
 pub mod tar;
 
 use std::path::{Path, PathBuf};

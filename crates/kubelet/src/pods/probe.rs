@@ -393,19 +393,105 @@ pub async fn run_action(
 }
 
 /// An HTTP GET as upstream's prober makes it: success for 200–399. HTTPS
-/// is probed as a TCP connect for now.
+/// as upstream's too: TLS without verifying the container's certificate
+/// (`InsecureSkipVerify`), the server name the probe's host.
 async fn http_get(host: &str, port: u16, action: &HTTPGetAction) -> Outcome {
     let path = action.path.clone().unwrap_or_else(|| "/".into());
-    let url = format!("http://{host}:{port}{path}");
-    let mut stream = match tokio::net::TcpStream::connect((host, port)).await {
+    let https = action.scheme.as_deref() == Some("HTTPS");
+    let url = format!(
+        "{}://{host}:{port}{path}",
+        if https { "https" } else { "http" }
+    );
+    let stream = match tokio::net::TcpStream::connect((host, port)).await {
         Ok(stream) => stream,
         Err(error) => {
             return Outcome::Failure(format!("Get \"{url}\": dial tcp {host}:{port}: {error}"));
         }
     };
-    if action.scheme.as_deref() == Some("HTTPS") {
-        return Outcome::Success;
+    if !https {
+        return http_exchange(stream, host, port, &path, &url, action).await;
     }
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .unwrap_or_else(|_| rustls::pki_types::ServerName::try_from("localhost").expect("a name"));
+    match insecure_tls().connect(name, stream).await {
+        Ok(tls) => http_exchange(tls, host, port, &path, &url, action).await,
+        Err(error) => Outcome::Failure(format!("Get \"{url}\": {error}")),
+    }
+}
+
+/// A TLS client that accepts any certificate, as upstream's prober does;
+/// signatures are still checked, so the handshake is real.
+fn insecure_tls() -> tokio_rustls::TlsConnector {
+    #[derive(Debug)]
+    struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+    impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+        fn verify_server_cert(
+            &self,
+            _end_entity: &rustls::pki_types::CertificateDer<'_>,
+            _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+            _server_name: &rustls::pki_types::ServerName<'_>,
+            _ocsp_response: &[u8],
+            _now: rustls::pki_types::UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// The request and the status line of its answer, over `stream`.
+async fn http_exchange<S>(
+    mut stream: S,
+    host: &str,
+    port: u16,
+    path: &str,
+    url: &str,
+    action: &HTTPGetAction,
+) -> Outcome
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let mut request = format!(
         "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.33\r\nAccept: */*\r\nConnection: close\r\n"
     );
@@ -427,5 +513,95 @@ async fn http_get(host: &str, port: u16, action: &HTTPGetAction) -> Outcome {
         Some(code) if (200..400).contains(&code) => Outcome::Success,
         Some(code) => Outcome::Failure(format!("HTTP probe failed with statuscode: {code}")),
         None => Outcome::Failure(format!("Get \"{url}\": malformed HTTP response")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TLS server on loopback with a self-signed certificate answering
+    /// every connection with `status`; its port.
+    async fn https_server(status: &'static str) -> u16 {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["pod.local".into()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("certificate");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .expect("config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut request = vec![0u8; 1024];
+                    let _ = tls.read(&mut request).await;
+                    let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+                    let _ = tls.write_all(answer.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        port
+    }
+
+    fn https(port: u16) -> HTTPGetAction {
+        HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::Int(port.into()),
+            scheme: Some("HTTPS".into()),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_https_probe_speaks_tls_and_reads_the_status() {
+        let ok = https_server("200 OK").await;
+        assert!(matches!(
+            http_get("127.0.0.1", ok, &https(ok)).await,
+            Outcome::Success
+        ));
+        let failing = https_server("503 Service Unavailable").await;
+        match http_get("127.0.0.1", failing, &https(failing)).await {
+            Outcome::Failure(message) => {
+                assert_eq!(message, "HTTP probe failed with statuscode: 503")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_https_probe_of_a_plain_http_server_fails() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                let _ = tcp.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await;
+            }
+        });
+        match http_get("127.0.0.1", port, &https(port)).await {
+            Outcome::Failure(message) => {
+                assert!(message.starts_with("Get \"https://127.0.0.1:"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
