@@ -1,5 +1,7 @@
-//! Compiles CRI v1 (`proto/api.proto`) with protox, a protobuf compiler in
-//! pure Rust (no protoc on the machine), and the pause program
+//! Compiles CRI v1 (`proto/api.proto`) and gRPC health checking
+//! (`proto/health.proto`, for `grpc` probes; its server too, for their
+//! tests) with protox, a protobuf compiler in pure Rust (no protoc on the
+//! machine), and the pause program
 //! (`pause/pause.c`) into a static binary that the agent packs as its
 //! sandbox image.
 
@@ -8,12 +10,17 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=proto/api.proto");
+    println!("cargo:rerun-if-changed=proto/health.proto");
     println!("cargo:rerun-if-changed=pause/pause.c");
     let fds = protox::compile(["api.proto"], ["proto"]).expect("compile proto/api.proto");
     tonic_prost_build::configure()
         .build_server(false)
         .compile_fds(fds)
         .expect("generate the CRI client");
+    let fds = protox::compile(["health.proto"], ["proto"]).expect("compile proto/health.proto");
+    tonic_prost_build::configure()
+        .compile_fds(fds)
+        .expect("generate the health client and server");
 
     // The pause program: static, so that it is the image's only file.
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));

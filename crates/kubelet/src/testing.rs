@@ -386,6 +386,10 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
+    async fn image_fs_mountpoint(&self) -> Result<Option<std::path::PathBuf>> {
+        Ok(None)
+    }
+
     async fn pull_image(
         &self,
         image: &str,

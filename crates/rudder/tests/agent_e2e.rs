@@ -409,6 +409,25 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
         .lines()
         .count();
     assert_eq!(listed, 6, "3 sandboxes and 3 containers, no more: {listed}");
+    // The file system image garbage collection watches is containerd's
+    // own answer (CRI ImageFsInfo): its snapshotter, under the data dir.
+    let socket = cluster.data.join("agent/containerd/containerd.sock");
+    let mountpoint = tokio::runtime::Runtime::new()
+        .expect("a runtime")
+        .block_on(async {
+            use rudder_kubelet::cri::Runtime;
+            let runtime = rudder_kubelet::cri::remote::RemoteRuntime::connect(
+                socket.to_str().expect("a UTF-8 path"),
+            )
+            .expect("a CRI client");
+            runtime.image_fs_mountpoint().await
+        })
+        .expect("ImageFsInfo")
+        .expect("a mount point");
+    assert!(
+        mountpoint.starts_with(&cluster.data) && mountpoint.is_dir(),
+        "{mountpoint:?}"
+    );
     for (name, ip, _) in &pods {
         assert_eq!(
             http_get(ip, 8080).map(|b| b.trim().to_string()),

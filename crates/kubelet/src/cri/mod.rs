@@ -147,6 +147,9 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     async fn image_status(&self, image: &str) -> Result<Option<String>>;
     /// Removes an image (by id or name).
     async fn remove_image(&self, image: &str) -> Result<()>;
+    /// The mount point of the file system that holds the runtime's images
+    /// (CRI `ImageFsInfo`), when the runtime says.
+    async fn image_fs_mountpoint(&self) -> Result<Option<std::path::PathBuf>>;
     /// Pulls an image, with credentials when given; returns its
     /// reference (id).
     async fn pull_image(

@@ -349,6 +349,23 @@ impl Runtime for RemoteRuntime {
         Ok(())
     }
 
+    async fn image_fs_mountpoint(&self) -> Result<Option<std::path::PathBuf>> {
+        let reply = self
+            .images
+            .clone()
+            .image_fs_info(cri::ImageFsInfoRequest {})
+            .await
+            .map_err(call("ImageFsInfo"))?
+            .into_inner();
+        Ok(reply
+            .image_filesystems
+            .into_iter()
+            .filter_map(|fs| fs.fs_id)
+            .map(|id| id.mountpoint)
+            .find(|mountpoint| !mountpoint.is_empty())
+            .map(Into::into))
+    }
+
     async fn pull_image(
         &self,
         image: &str,

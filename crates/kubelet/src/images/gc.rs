@@ -146,7 +146,14 @@ async fn collect(
         .map(|c| c.image_ref)
         .collect();
     collector.observe(&images, &in_use, now);
-    let Some((capacity, used)) = usage(image_fs) else {
+    // The runtime's own answer first: an external runtime keeps its images
+    // away from the agent's data directory.
+    let mountpoint = runtime.image_fs_mountpoint().await.ok().flatten();
+    let Some((capacity, used)) = mountpoint
+        .as_deref()
+        .and_then(usage)
+        .or_else(|| usage(image_fs))
+    else {
         return Ok(());
     };
     let bytes = collector.bytes_to_free(capacity, used);
@@ -173,7 +180,8 @@ async fn collect(
 }
 
 /// Collects every [`PERIOD`] until `stop`; `image_fs` is a directory on
-/// the runtime's image file system, `pinned` the sandbox image.
+/// the runtime's image file system when the runtime does not name one
+/// (CRI `ImageFsInfo`), `pinned` the sandbox image.
 pub async fn run(
     runtime: Arc<dyn Runtime>,
     image_fs: PathBuf,

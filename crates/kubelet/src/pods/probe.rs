@@ -1,6 +1,6 @@
 //! Probes (upstream's prober): startup, liveness and readiness probes of
 //! every running container, each a task of its own that runs its probe —
-//! exec (CRI ExecSync), httpGet, tcpSocket — every `periodSeconds` after
+//! exec (CRI ExecSync), httpGet, tcpSocket, grpc — every `periodSeconds` after
 //! `initialDelaySeconds`, counts consecutive results against the
 //! thresholds, and wakes the pod's worker when a result flips. Liveness
 //! and readiness wait until the startup probe has succeeded.
@@ -286,6 +286,8 @@ pub struct Action<'a> {
     pub http_get: Option<&'a HTTPGetAction>,
     /// A TCP connect: the host (default: the pod's IP) and port.
     pub tcp: Option<(Option<String>, IntOrString)>,
+    /// A gRPC health check of the pod's IP at this port, for this service.
+    pub grpc: Option<(u16, String)>,
     pub sleep_seconds: Option<i64>,
 }
 
@@ -294,17 +296,14 @@ impl<'a> Action<'a> {
         Action {
             exec: probe.exec.as_ref(),
             http_get: probe.http_get.as_ref(),
-            // gRPC probes: a TCP connect to their port, for now.
             tcp: probe
                 .tcp_socket
                 .as_ref()
-                .map(|t| (t.host.clone(), t.port.clone()))
-                .or_else(|| {
-                    probe
-                        .grpc
-                        .as_ref()
-                        .map(|g| (None, IntOrString::Int(g.port)))
-                }),
+                .map(|t| (t.host.clone(), t.port.clone())),
+            grpc: probe
+                .grpc
+                .as_ref()
+                .map(|g| (g.port as u16, g.service.clone().unwrap_or_default())),
             sleep_seconds: None,
         }
     }
@@ -317,6 +316,7 @@ impl<'a> Action<'a> {
                 .tcp_socket
                 .as_ref()
                 .map(|t| (t.host.clone(), t.port.clone())),
+            grpc: None,
             sleep_seconds: handler.sleep.as_ref().map(|s| s.seconds),
         }
     }
@@ -386,10 +386,104 @@ pub async fn run_action(
             Err(_) => Outcome::Failure(format!("dial tcp {host}:{port}: i/o timeout")),
         };
     }
+    if let Some((port, service)) = &action.grpc {
+        return grpc_check(&pod_ip, *port, service, timeout).await;
+    }
     if let Some(seconds) = action.sleep_seconds {
         tokio::time::sleep(Duration::from_secs(seconds.max(0) as u64).min(timeout)).await;
     }
     Outcome::Success
+}
+
+/// grpc.health.v1, the protocol of `grpc` probes.
+mod health {
+    tonic::include_proto!("grpc.health.v1");
+}
+
+/// A gRPC health check as upstream's prober makes it: plain HTTP/2 (no
+/// TLS), `Check` for `service`, success only for `SERVING`; its messages.
+async fn grpc_check(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
+    use health::health_check_response::ServingStatus;
+
+    let address = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{address}")) {
+        Ok(endpoint) => endpoint
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .user_agent("kube-probe/1.33")
+            .expect("a valid user agent"),
+        Err(error) => {
+            return Outcome::Failure(format!(
+                "error: failed to connect service at \"{address}\": {error}"
+            ));
+        }
+    };
+    let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
+        Ok(Ok(channel)) => channel,
+        Ok(Err(error)) => {
+            return Outcome::Failure(format!(
+                "error: failed to connect service at \"{address}\": {}",
+                error_chain(&error)
+            ));
+        }
+        Err(_) => {
+            return Outcome::Failure(format!(
+                "timeout: failed to connect service \"{address}\" within {}s: context deadline exceeded",
+                timeout.as_secs()
+            ));
+        }
+    };
+    let mut client = health::health_client::HealthClient::new(channel);
+    let request = health::HealthCheckRequest {
+        service: service.to_string(),
+    };
+    let answer = match tokio::time::timeout(timeout, client.check(request)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            return Outcome::Failure(format!(
+                "timeout: health rpc did not complete within {}s",
+                timeout.as_secs()
+            ));
+        }
+    };
+    match answer {
+        Ok(response) => match response.into_inner().status() {
+            ServingStatus::Serving => Outcome::Success,
+            other => Outcome::Failure(format!(
+                "service unhealthy (responded with \"{}\")",
+                other.as_str_name()
+            )),
+        },
+        Err(status) if status.code() == tonic::Code::Unimplemented => Outcome::Failure(format!(
+            "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
+            status.message()
+        )),
+        Err(status) if status.code() == tonic::Code::DeadlineExceeded => Outcome::Failure(format!(
+            "timeout: health rpc did not complete within {}s",
+            timeout.as_secs()
+        )),
+        Err(status) => Outcome::Failure(format!(
+            "error: health rpc probe failed: rpc error: code = {:?} desc = {}",
+            status.code(),
+            status.message()
+        )),
+    }
+}
+
+/// An error and its sources, as one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// An HTTP GET as upstream's prober makes it: success for 200–399. HTTPS
@@ -603,5 +697,111 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A gRPC health server on loopback: the empty service and "web" are
+    /// SERVING, "down" NOT_SERVING, "old" answers Unimplemented (as a
+    /// server without the health service would), others NOT_FOUND.
+    async fn grpc_server() -> u16 {
+        use health::health_check_response::ServingStatus;
+        use health::health_server::{Health, HealthServer};
+
+        struct Checks;
+
+        #[tonic::async_trait]
+        impl Health for Checks {
+            async fn check(
+                &self,
+                request: tonic::Request<health::HealthCheckRequest>,
+            ) -> Result<tonic::Response<health::HealthCheckResponse>, tonic::Status> {
+                let status = match request.into_inner().service.as_str() {
+                    "" | "web" => ServingStatus::Serving,
+                    "down" => ServingStatus::NotServing,
+                    "old" => return Err(tonic::Status::unimplemented("unknown service")),
+                    _ => return Err(tonic::Status::not_found("unknown service")),
+                };
+                Ok(tonic::Response::new(health::HealthCheckResponse {
+                    status: status as i32,
+                }))
+            }
+        }
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let incoming = futures::stream::unfold(listener, |listener| async move {
+            let accepted = listener.accept().await.map(|(tcp, _)| tcp);
+            Some((accepted, listener))
+        });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(HealthServer::new(Checks))
+                .serve_with_incoming(incoming),
+        );
+        port
+    }
+
+    #[tokio::test]
+    async fn a_grpc_probe_asks_the_health_service() {
+        let port = grpc_server().await;
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            grpc_check("127.0.0.1", port, "", second).await,
+            Outcome::Success
+        );
+        assert_eq!(
+            grpc_check("127.0.0.1", port, "web", second).await,
+            Outcome::Success
+        );
+        assert_eq!(
+            grpc_check("127.0.0.1", port, "down", second).await,
+            Outcome::Failure("service unhealthy (responded with \"NOT_SERVING\")".into())
+        );
+        assert_eq!(
+            grpc_check("127.0.0.1", port, "old", second).await,
+            Outcome::Failure(
+                "error: this server does not implement the grpc health protocol \
+                 (grpc.health.v1.Health): unknown service"
+                    .into()
+            )
+        );
+        assert_eq!(
+            grpc_check("127.0.0.1", port, "db", second).await,
+            Outcome::Failure(
+                "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service"
+                    .into()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_grpc_probe_of_a_closed_port_fails_to_connect() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        drop(listener);
+        match grpc_check("127.0.0.1", port, "", Duration::from_secs(1)).await {
+            Outcome::Failure(message) => assert!(
+                message.starts_with(&format!(
+                    "error: failed to connect service at \"127.0.0.1:{port}\""
+                )),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_grpc_probe_is_an_action_of_its_own() {
+        let probe = Probe {
+            grpc: Some(k8s_openapi::api::core::v1::GRPCAction {
+                port: 9090,
+                service: Some("web".into()),
+            }),
+            ..Default::default()
+        };
+        let action = Action::of_probe(&probe);
+        assert_eq!(action.grpc, Some((9090, "web".to_string())));
+        assert!(action.tcp.is_none());
     }
 }
