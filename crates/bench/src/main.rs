@@ -2,6 +2,11 @@
 //! one JSON object as its last line (ARCHITECTURE.md §8) and, on a full run,
 //! rewrites the scenario's section of docs/benchmarks.md.
 
+/// mimalloc: the many small allocations of JSON objects cost a quarter
+/// of the API server's CPU under glibc's malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod api;
 mod apply;
 mod controllers;

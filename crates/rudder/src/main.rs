@@ -1,7 +1,12 @@
 //! `rudder`: Kubernetes in one small binary. This file is the CLI; the
 //! wiring of each subcommand lives in its own module.
 
+/// mimalloc for `rudder server`, the system's allocator otherwise.
+#[global_allocator]
+static ALLOCATOR: alloc::Allocator = alloc::Allocator;
+
 mod agent;
+mod alloc;
 mod explain;
 mod images;
 mod join;
