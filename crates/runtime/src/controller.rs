@@ -24,7 +24,8 @@ pub enum Action {
     /// Nothing until something changes.
     #[default]
     Done,
-    /// Look again after this long (a deadline, a timeout, a poll).
+    /// Look again after this long from the sync's start (a deadline, a
+    /// timeout, a poll).
     RequeueAfter(Duration),
     /// Not done, though nothing failed (waiting on something else): look
     /// again after the key's rate-limited backoff.
@@ -51,6 +52,10 @@ pub async fn run_workers<T, F, Fut, E>(
         let (queue, reconcile) = (queue.clone(), reconcile.clone());
         tasks.spawn(async move {
             while let Some(key) = queue.get().await {
+                // A requeue's delay counts from the sync's start, whose
+                // clock it was computed from: a clock that moves on during
+                // the sync (a fake one jumps) must not push it further.
+                let began = queue.now();
                 // A panicking reconcile is a failure like any other: its key
                 // is given back and retried, the worker lives on.
                 let outcome = std::panic::AssertUnwindSafe(reconcile(key.clone()))
@@ -60,7 +65,7 @@ pub async fn run_workers<T, F, Fut, E>(
                     Ok(Ok(Action::Done)) => queue.forget(&key),
                     Ok(Ok(Action::RequeueAfter(after))) => {
                         queue.forget(&key);
-                        queue.add_after(key.clone(), after);
+                        queue.add_at(key.clone(), began + after);
                     }
                     Ok(Ok(Action::Retry)) => queue.add_rate_limited(key.clone()),
                     Ok(Err(error)) => {
@@ -133,6 +138,51 @@ mod tests {
         seen.sort();
         assert_eq!(seen, vec![1, 1, 1, 2, 3, 3], "a panic is retried too");
         assert_eq!(queue.retries(&1), 0, "forgotten after it succeeded");
+        cancel.cancel();
+        runner.await.expect("workers stop");
+    }
+
+    #[tokio::test]
+    async fn a_requeue_counts_from_the_syncs_start_when_the_clock_jumps_during_it() {
+        let clock = FakeClock::starting_now();
+        let queue: WorkQueue<u32> = WorkQueue::new(clock.clone());
+        let runs = Arc::new(Mutex::new(0usize));
+        let cancel = CancellationToken::new();
+        let (counted, jumping) = (runs.clone(), clock.clone());
+        let runner = tokio::spawn(run_workers(
+            "test",
+            queue.clone(),
+            1,
+            cancel.clone(),
+            move |_key: u32| {
+                let (counted, jumping) = (counted.clone(), jumping.clone());
+                async move {
+                    let first = {
+                        let mut runs = counted.lock().unwrap_or_else(|e| e.into_inner());
+                        *runs += 1;
+                        *runs == 1
+                    };
+                    if first {
+                        // The minute the sync asks to wait passes while it
+                        // still runs.
+                        jumping.advance(Duration::from_secs(60));
+                    }
+                    Ok::<_, String>(Action::RequeueAfter(Duration::from_secs(60)))
+                }
+            },
+        ));
+        queue.add(1);
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if *runs.lock().unwrap_or_else(|e| e.into_inner()) >= 2 {
+                break;
+            }
+        }
+        assert_eq!(
+            *runs.lock().unwrap_or_else(|e| e.into_inner()),
+            2,
+            "run again with no further move of the clock"
+        );
         cancel.cancel();
         runner.await.expect("workers stop");
     }

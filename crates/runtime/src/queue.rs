@@ -184,11 +184,24 @@ impl<T: Key> WorkQueue<T> {
         if delay.is_zero() {
             return self.add(item);
         }
+        self.add_at(item, self.shared.clock.now() + delay);
+    }
+
+    /// Queues `item` at `deadline` on the queue's clock (at once when it
+    /// has passed).
+    pub fn add_at(&self, item: T, deadline: SystemTime) {
+        if deadline <= self.shared.clock.now() {
+            return self.add(item);
+        }
         if self.state().shutting_down {
             return;
         }
-        let deadline = self.shared.clock.now() + delay;
         let _ = self.shared.delayed.send((deadline, item));
+    }
+
+    /// The time on the queue's clock.
+    pub fn now(&self) -> SystemTime {
+        self.shared.clock.now()
     }
 
     /// Queues `item` after its rate-limited delay, counting a failure.
