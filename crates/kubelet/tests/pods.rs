@@ -464,8 +464,11 @@ async fn image_pull_secrets_are_the_pulls_credentials() {
                  "containers": [{"name": "app", "image": "registry.test:5000/app:1"}]}
     }))
     .await;
+    // ErrImagePull, or already ImagePullBackOff (a status write wakes the
+    // worker again): either may be what the API shows first.
     node.status_of("private", |p| {
-        container_state(p)["state"]["waiting"]["reason"] == "ErrImagePull"
+        let reason = container_state(p)["state"]["waiting"]["reason"].clone();
+        reason == "ErrImagePull" || reason == "ImagePullBackOff"
     })
     .await;
     let calls = node.runtime.calls();
