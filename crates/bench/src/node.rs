@@ -158,15 +158,7 @@ impl Cluster {
 /// SIGTERM, then SIGKILL after 30 s.
 fn stop(child: Option<Child>) {
     if let Some(mut child) = child {
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        rudder_harness::terminate(&mut child);
     }
 }
 

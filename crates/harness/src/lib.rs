@@ -173,3 +173,17 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Stops a child process as an operator would: SIGTERM, SIGKILL if it is
+/// still running 30 s later; its exit status.
+pub fn terminate(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    child.wait().ok()
+}

@@ -171,15 +171,7 @@ impl Cluster {
     fn teardown(&mut self) -> Option<std::process::ExitStatus> {
         let mut stopped = None;
         if let Some(mut server) = self.server.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &server.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while server.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = server.kill();
-            stopped = server.wait().ok();
+            stopped = rudder_harness::terminate(&mut server);
         }
         let _ = rudder()
             .args(["killall", "--cni-bridge", BRIDGE, "--data-dir"])
