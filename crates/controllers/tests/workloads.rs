@@ -112,9 +112,14 @@ async fn a_replica_set_keeps_its_pods_and_replaces_a_deleted_one() {
 async fn orphans_are_adopted_and_relabelled_pods_released() {
     let c = cluster().await;
     let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    // The set's first sync may run before its pod informer has seen the
+    // stray: it then creates two pods, adopts the stray and scales one
+    // away. The deletion cost makes that one a new pod, never the stray
+    // (pods otherwise alike, created within a second, tie).
     let orphan: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "stray", "labels": {"app": "adopter"}},
+        "metadata": {"name": "stray", "labels": {"app": "adopter"},
+            "annotations": {"controller.kubernetes.io/pod-deletion-cost": "100"}},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}
     }))
     .expect("pod");
