@@ -583,15 +583,15 @@ fn copy_field(to: &mut Value, from: &Value, field: &str) {
 
 /// Whether anything but metadata and status differs.
 fn spec_changed(new: &Value, old: &Value) -> bool {
-    let strip = |v: &Value| -> Value {
-        let mut v = v.clone();
-        if let Some(root) = v.as_object_mut() {
-            root.remove("metadata");
-            root.remove("status");
-        }
-        v
+    let (Some(new), Some(old)) = (new.as_object(), old.as_object()) else {
+        return new != old;
     };
-    strip(new) != strip(old)
+    let counted = |k: &String| !matches!(k.as_str(), "metadata" | "status");
+    new.keys().filter(|k| counted(k)).count() != old.keys().filter(|k| counted(k)).count()
+        || new
+            .iter()
+            .filter(|(k, _)| counted(k))
+            .any(|(k, v)| old.get(k) != Some(v))
 }
 
 #[cfg(test)]

@@ -61,6 +61,61 @@ impl Cached {
         })
     }
 
+    /// The object as stored under `revision`: the stored JSON with its
+    /// `resourceVersion` spliced in, and the selectable fields picked out,
+    /// without building the whole tree ([`Cached::new`] when the stored
+    /// form is not one the splice can take).
+    fn from_stored(
+        stored: &[u8],
+        revision: u64,
+        fields: &[&str],
+    ) -> serde_json::Result<Arc<Cached>> {
+        if let Some(cached) = Cached::spliced(stored, revision, fields) {
+            return Ok(cached);
+        }
+        let value: Value = serde_json::from_slice(stored)?;
+        Ok(Cached::new(value, revision, fields))
+    }
+
+    fn spliced(stored: &[u8], revision: u64, fields: &[&str]) -> Option<Arc<Cached>> {
+        // A line break would split a watch event's line; such a value (not
+        // one rudder wrote) is serialized afresh.
+        if stored.contains(&b'\n') {
+            return None;
+        }
+        let top: Level<'_> = serde_json::from_slice(stored).ok()?;
+        let meta = top.get("metadata")?.get();
+        let inner: Level<'_> = serde_json::from_str(meta).ok()?;
+        if inner.contains_key("resourceVersion") {
+            return None;
+        }
+        let open = (meta.as_ptr() as usize).checked_sub(stored.as_ptr() as usize)?;
+        if stored.get(open) != Some(&b'{') {
+            return None;
+        }
+        let mut json = Vec::with_capacity(stored.len() + 40);
+        json.extend_from_slice(&stored[..=open]);
+        json.extend_from_slice(b"\"resourceVersion\":\"");
+        json.extend_from_slice(revision.to_string().as_bytes());
+        json.push(b'"');
+        if !inner.is_empty() {
+            json.push(b',');
+        }
+        json.extend_from_slice(&stored[open + 1..]);
+        let paths: Vec<Vec<&str>> = ["metadata.name", "metadata.namespace", "metadata.labels"]
+            .iter()
+            .chain(fields)
+            .map(|p| p.split('.').collect())
+            .collect();
+        let mut selectable = serde_json::Map::new();
+        pick(&top, &paths, &mut selectable);
+        Some(Arc::new(Cached {
+            selectable: Value::Object(selectable),
+            json: Bytes::from(json),
+            revision,
+        }))
+    }
+
     /// The object in another version of its resource (`convert` turns the
     /// stored form into it), selectable by that version's `fields`.
     pub fn converted(&self, convert: impl FnOnce(Value) -> Value, fields: &[&str]) -> Arc<Cached> {
@@ -70,6 +125,42 @@ impl Cached {
     /// The whole object, parsed from its cached JSON.
     pub fn value(&self) -> Value {
         serde_json::from_slice(&self.json).unwrap_or(Value::Null)
+    }
+}
+
+/// One level of a JSON object, its values unparsed.
+type Level<'a> = BTreeMap<&'a str, &'a serde_json::value::RawValue>;
+
+/// Copies the values at `paths` (each a list of keys) of the object
+/// `level` into `target`, each nested object parsed once however many
+/// paths go through it. Paths that lead nowhere are left out.
+fn pick(level: &Level<'_>, paths: &[Vec<&str>], target: &mut serde_json::Map<String, Value>) {
+    let mut firsts: Vec<&str> = paths.iter().filter_map(|p| p.first().copied()).collect();
+    firsts.sort_unstable();
+    firsts.dedup();
+    for first in firsts {
+        let Some(raw) = level.get(first) else {
+            continue;
+        };
+        let rest: Vec<Vec<&str>> = paths
+            .iter()
+            .filter(|p| p.first() == Some(&first))
+            .map(|p| p[1..].to_vec())
+            .collect();
+        if rest.iter().any(Vec::is_empty) {
+            if let Ok(value) = serde_json::from_str::<Value>(raw.get()) {
+                target.insert(first.to_string(), value);
+            }
+            continue;
+        }
+        let Ok(inner) = serde_json::from_str::<Level<'_>>(raw.get()) else {
+            continue;
+        };
+        let mut child = serde_json::Map::new();
+        pick(&inner, &rest, &mut child);
+        if !child.is_empty() {
+            target.insert(first.to_string(), Value::Object(child));
+        }
     }
 }
 
@@ -204,6 +295,12 @@ impl Cache {
         }
     }
 
+    /// The object stored under `key`, as far as the cache has seen.
+    pub fn object(&self, key: &[u8]) -> Option<Arc<Cached>> {
+        let contents = self.contents.read().unwrap_or_else(|e| e.into_inner());
+        contents.objects.get(key).cloned()
+    }
+
     /// The objects under `prefix` (a namespace, or the whole resource).
     pub fn snapshot(&self, prefix: &str, start_after: Option<&[u8]>) -> Snapshot {
         let contents = self.contents.read().unwrap_or_else(|e| e.into_inner());
@@ -335,9 +432,16 @@ impl Cache {
         let revision = event.revision();
         let key = &event.kv.key;
         let prev = event.prev.as_ref().and_then(|p| {
-            serde_json::from_slice::<Value>(&p.value)
-                .ok()
-                .map(|v| Cached::new(v, p.mod_revision, self.fields))
+            // The cache holds the previous value already, unless it missed it.
+            let held = self
+                .contents
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .objects
+                .get(key)
+                .filter(|c| c.revision == p.mod_revision)
+                .cloned();
+            held.or_else(|| Cached::from_stored(&p.value, p.mod_revision, self.fields).ok())
         });
         let object = match event.kind {
             EventKind::Deleted => {
@@ -354,12 +458,12 @@ impl Cache {
                     }
                 }
             }
-            _ => match serde_json::from_slice::<Value>(&event.kv.value) {
-                Ok(value) => {
+            _ => match Cached::from_stored(&event.kv.value, revision, self.fields) {
+                Ok(cached) => {
                     let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
                     contents.undecodable.remove(key);
                     drop(contents);
-                    Cached::new(value, revision, self.fields)
+                    cached
                 }
                 Err(error) => {
                     let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
@@ -443,12 +547,9 @@ impl Cache {
         let mut objects = BTreeMap::new();
         let mut bad = Vec::new();
         for kv in &page.kvs {
-            match serde_json::from_slice::<Value>(&kv.value) {
-                Ok(value) => {
-                    objects.insert(
-                        kv.key.clone(),
-                        Cached::new(value, kv.mod_revision, self.fields),
-                    );
+            match Cached::from_stored(&kv.value, kv.mod_revision, self.fields) {
+                Ok(cached) => {
+                    objects.insert(kv.key.clone(), cached);
                 }
                 Err(error) => bad.push((kv.key.clone(), kv.mod_revision, error)),
             }
@@ -569,6 +670,12 @@ pub struct Caches {
 }
 
 impl Caches {
+    /// The cache of the resource stored under `prefix`, if one runs.
+    pub fn running(&self, prefix: &str) -> Option<Arc<Cache>> {
+        let caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        caches.get(prefix).cloned()
+    }
+
     /// The cache of the resource stored under `prefix`, started if new.
     pub fn get(
         &self,
@@ -596,5 +703,71 @@ impl Caches {
         tokio::spawn(cache.clone().run(store.clone(), cancel.clone()));
         caches.insert(prefix.to_string(), cache.clone());
         cache
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD_FIELDS: &[&str] = &["spec.nodeName", "status.phase", "spec.schedulerName"];
+
+    fn stored(value: &Value) -> Vec<u8> {
+        serde_json::to_vec(value).expect("json")
+    }
+
+    #[test]
+    fn a_spliced_object_is_the_object_with_its_version_and_fields() {
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "a"}, "uid": "u"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Pending", "conditions": []},
+        });
+        let spliced = Cached::spliced(&stored(&pod), 42, POD_FIELDS).expect("spliced");
+        let rebuilt = Cached::new(pod.clone(), 42, POD_FIELDS);
+        assert_eq!(spliced.value(), rebuilt.value());
+        assert_eq!(spliced.value()["metadata"]["resourceVersion"], "42");
+        assert_eq!(spliced.selectable, rebuilt.selectable);
+        assert_eq!(
+            spliced.selectable,
+            serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "a"}},
+                "spec": {"nodeName": "n1"},
+                "status": {"phase": "Pending"},
+            })
+        );
+    }
+
+    #[test]
+    fn empty_metadata_null_fields_and_missing_paths_match_the_tree() {
+        for object in [
+            serde_json::json!({"kind": "X", "metadata": {}}),
+            serde_json::json!({"metadata": {"name": "x"}, "spec": {"nodeName": null}}),
+            serde_json::json!({"metadata": {"name": "x"}, "spec": 3, "status": {}}),
+        ] {
+            let spliced = Cached::spliced(&stored(&object), 7, POD_FIELDS).expect("spliced");
+            let rebuilt = Cached::new(object.clone(), 7, POD_FIELDS);
+            assert_eq!(spliced.value(), rebuilt.value(), "{object}");
+            assert_eq!(spliced.selectable, rebuilt.selectable, "{object}");
+        }
+    }
+
+    #[test]
+    fn what_the_splice_cannot_take_is_serialized_afresh() {
+        // A stored version, a value with line breaks, escaped keys, no
+        // metadata: the same result by the slow road.
+        let with_version = br#"{"metadata":{"name":"x","resourceVersion":"3"}}"#.to_vec();
+        let pretty = b"{\n \"metadata\": {\"name\": \"x\"}\n}".to_vec();
+        let escaped = br#"{"metadata":{"na\u006de":"x"}}"#.to_vec();
+        let bare = br#"{"kind":"X"}"#.to_vec();
+        for bytes in [with_version, pretty, escaped, bare] {
+            assert!(Cached::spliced(&bytes, 9, POD_FIELDS).is_none());
+            let value: Value = serde_json::from_slice(&bytes).expect("json");
+            let cached = Cached::from_stored(&bytes, 9, POD_FIELDS).expect("cached");
+            assert_eq!(cached.value(), Cached::new(value, 9, POD_FIELDS).value());
+            assert!(!cached.json.contains(&b'\n'));
+        }
+        assert!(Cached::from_stored(b"{not json", 9, POD_FIELDS).is_err());
     }
 }

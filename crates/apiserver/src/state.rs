@@ -145,6 +145,11 @@ impl State {
             .saturating_sub(self.inflight.available_permits())
     }
 
+    /// The watch cache of `def`'s resource, if one has been started.
+    pub fn running_cache(&self, def: &rudder_api::ResourceDef) -> Option<Arc<Cache>> {
+        self.caches.running(&def.key_prefix())
+    }
+
     /// The watch cache of a resource.
     pub fn cache(&self, def: &rudder_api::ResourceDef) -> Arc<Cache> {
         let fields = rudder_api::selector::fields_of(def);

@@ -140,16 +140,20 @@ impl<'a> Storage<'a> {
         let Some(namespaces) = self.state.registry().get("", "v1", "namespaces").cloned() else {
             return Ok(());
         };
-        let found = self.get(&namespaces, None, ns).await?;
+        // From the watch cache, as upstream's admission reads its informer;
+        // a namespace the cache has not seen yet is read from the store.
+        let cache = self.state.cache(&namespaces);
+        cache.wait_for(0).await?;
+        let found = match cache.object(namespaces.key(None, ns).as_bytes()) {
+            Some(cached) => cached.value(),
+            None => self.get(&namespaces, None, ns).await?.object,
+        };
         let Some(object) = object else {
             return Ok(());
         };
-        let terminating = found
-            .object
-            .pointer("/status/phase")
-            .and_then(Value::as_str)
+        let terminating = found.pointer("/status/phase").and_then(Value::as_str)
             == Some("Terminating")
-            || is_terminating(&found.object);
+            || is_terminating(&found);
         if terminating {
             let name = ["/metadata/name", "/metadata/generateName"]
                 .iter()
@@ -286,11 +290,44 @@ fn stored(def: &ResourceDef, object: &Value) -> Bytes {
 
 /// The bytes to store for `object` (without its `resourceVersion`).
 fn encode(object: &Value) -> Bytes {
-    let mut object = object.clone();
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
+    Bytes::from(serde_json::to_vec(&WithoutVersion(object)).unwrap_or_default())
+}
+
+/// An object serialized as it is but for `metadata.resourceVersion`.
+struct WithoutVersion<'a>(&'a Value);
+
+/// An object's metadata serialized without its `resourceVersion`.
+struct MetadataWithoutVersion<'a>(&'a serde_json::Map<String, Value>);
+
+impl serde::Serialize for WithoutVersion<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(root) = self.0.as_object() else {
+            return self.0.serialize(serializer);
+        };
+        let mut map = serializer.serialize_map(Some(root.len()))?;
+        for (key, value) in root {
+            match value.as_object() {
+                Some(meta) if key == "metadata" => {
+                    map.serialize_entry(key, &MetadataWithoutVersion(meta))?
+                }
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        map.end()
     }
-    Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
+}
+
+impl serde::Serialize for MetadataWithoutVersion<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let kept = self.0.iter().filter(|(k, _)| *k != "resourceVersion");
+        let mut map = serializer.serialize_map(Some(kept.clone().count()))?;
+        for (key, value) in kept {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
 }
 
 /// The `resourceVersion` an object carries, if any.

@@ -11,8 +11,8 @@ use rudder_api::{ResourceDef, Status};
 use serde_json::Value;
 
 use super::{
-    MAX_RETRIES, Storage, WriteOptions, finalizers, is_terminating, resource_version, services,
-    set_resource_version, stored,
+    MAX_RETRIES, Storage, Stored, WriteOptions, finalizers, is_terminating, resource_version,
+    services, set_resource_version, stored,
 };
 use crate::response::store_error;
 
@@ -52,18 +52,56 @@ impl Storage<'_> {
     where
         F: Fn(&Value) -> Result<Value, Status>,
     {
+        // The first attempt starts from the watch cache's copy, as
+        // upstream's GuaranteedUpdate does; a copy that may be stale
+        // decides nothing: any failure, or finding nothing to change, is
+        // retried on the stored object.
+        let mut live = false;
         for _ in 0..MAX_RETRIES {
+            let current = match live {
+                false => self.cached_copy(def, namespace, name),
+                true => None,
+            };
+            let cached = current.is_some();
+            let current = match current {
+                Some(current) => current,
+                None => self.get(def, namespace, name).await?,
+            };
+            live = true;
             match self
-                .update_once(def, namespace, name, part, options, &change)
-                .await?
+                .update_once(
+                    def, namespace, name, part, options, &change, current, cached,
+                )
+                .await
             {
-                Attempt::Done(object) => return Ok(object),
-                Attempt::Retry => continue,
+                Ok(Attempt::Done(object)) => return Ok(object),
+                Ok(Attempt::Retry) => continue,
+                Err(_) if cached => continue,
+                Err(e) => return Err(e),
             }
         }
         Err(Status::modified(def.target(), name))
     }
 
+    /// The watch cache's copy of an object, if the cache has one.
+    fn cached_copy(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Stored> {
+        let cached = self
+            .state
+            .running_cache(def)?
+            .object(def.key(namespace, name).as_bytes())?;
+        Some(Stored {
+            object: super::served(def, cached.value()),
+            revision: cached.revision,
+        })
+    }
+
+    /// One attempt on `current`, read from the watch cache if `cached`.
+    #[allow(clippy::too_many_arguments)]
     async fn update_once<F>(
         &self,
         def: &ResourceDef,
@@ -72,11 +110,12 @@ impl Storage<'_> {
         part: Part,
         options: &WriteOptions,
         change: &F,
+        current: Stored,
+        cached: bool,
     ) -> Result<Attempt, Status>
     where
         F: Fn(&Value) -> Result<Value, Status>,
     {
-        let current = self.get(def, namespace, name).await?;
         let (old, revision) = (current.object, current.revision);
         let mut new = change(&old)?;
         let pinned = resource_version(&new)?;
@@ -93,7 +132,10 @@ impl Storage<'_> {
         self.record_managed(def, part, Some(&old), &mut new, options);
         set_resource_version(&mut new, revision);
         if new == old {
-            return Ok(Attempt::Done(old));
+            return Ok(match cached {
+                true => Attempt::Retry,
+                false => Attempt::Done(old),
+            });
         }
         if part == Part::Main && !is_terminating(&old) {
             let ranges = self.limit_ranges(def, namespace, false, options).await?;
