@@ -312,7 +312,11 @@ struct Measured {
 }
 
 async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> {
-    let plane = ControlPlane::start().await;
+    let plane = ControlPlane::start_with(rudder_harness::Options {
+        backend: rudder_harness::Backend::EmbeddedAsServed,
+        ..rudder_harness::Options::default()
+    })
+    .await;
     let admin = plane.admin();
     let nodes: Vec<Value> = (0..w.nodes).map(|i| node(i, (w.node_labels)(i))).collect();
     create_all(&Api::<Node>::all(admin.clone()), nodes)

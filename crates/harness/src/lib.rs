@@ -24,7 +24,11 @@ use rudder_store::testing::TestStore;
 /// Which store the control plane stands on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
+    /// The embedded store with a small watch buffer and page cache, so
+    /// tests exercise watchers catching up from disk.
     Embedded,
+    /// The embedded store as `rudder server` configures it (benchmarks).
+    EmbeddedAsServed,
     /// A real etcd of the test's own.
     Etcd,
 }
@@ -85,6 +89,7 @@ impl ControlPlane {
     pub async fn start_with(options: Options) -> ControlPlane {
         let store = match options.backend {
             Backend::Embedded => rudder_store::testing::embedded().await,
+            Backend::EmbeddedAsServed => rudder_store::testing::embedded_as_served().await,
             Backend::Etcd => rudder_store::testing::etcd().await,
         };
         let dir = tempfile::tempdir().expect("a temporary data dir");

@@ -43,6 +43,13 @@ const CHECKPOINT_BYTES: u64 = 32 << 20;
 /// A store with writes not yet checkpointed gets one this often.
 pub(crate) const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long a small batch under load waits for more writes, at most…
+const LINGER: Duration = Duration::from_millis(1);
+/// …until it has this many…
+const LINGER_UNTIL: usize = 32;
+/// …looking this often.
+const LINGER_STEP: Duration = Duration::from_micros(50);
+
 /// One write asked of the store.
 #[derive(Debug)]
 pub(crate) enum WriteOp {
@@ -175,11 +182,15 @@ impl Writer {
             let mut writes = Vec::new();
             if let Some(command) = first {
                 self.accept(command, &mut writes);
+                let backlog = !self.commands.is_empty();
                 while writes.len() < self.max_batch {
                     match self.commands.try_recv() {
                         Ok(command) => self.accept(command, &mut writes),
                         Err(_) => break,
                     }
+                }
+                if backlog {
+                    self.linger(&mut writes);
                 }
             }
             if !writes.is_empty() {
@@ -201,6 +212,21 @@ impl Writer {
         }
         // Shutting down: leave nothing for the log to replay.
         self.checkpoint();
+    }
+
+    /// Under load (writes were queued behind the batch's first), waits a
+    /// little for more to join a small batch: each batch costs a log sync
+    /// and a redb commit however few writes it carries, and writes arrive
+    /// faster than those.
+    fn linger(&mut self, writes: &mut Vec<(WriteOp, Reply)>) {
+        let deadline = Instant::now() + LINGER;
+        while writes.len() < LINGER_UNTIL.min(self.max_batch) && Instant::now() < deadline {
+            match self.commands.try_recv() {
+                Ok(command) => self.accept(command, writes),
+                Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(LINGER_STEP),
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+            }
+        }
     }
 
     /// A durable redb commit of everything committed so far; the log's

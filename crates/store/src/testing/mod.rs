@@ -109,6 +109,19 @@ impl std::fmt::Debug for TestStore {
     }
 }
 
+/// An embedded store in a fresh temporary directory, configured as
+/// `rudder server` configures its own (page cache, watch buffer): for
+/// benchmarks, whose figures should be the server's.
+pub async fn embedded_as_served() -> TestStore {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let config = EmbeddedConfig::new(dir.path().join("db"));
+    let store = EmbeddedStore::open(config).expect("open embedded store");
+    TestStore {
+        store: Arc::new(store),
+        _guard: Box::new(dir),
+    }
+}
+
 /// An embedded store in a fresh temporary directory, with a small watch
 /// buffer so that slow watchers really fall behind and catch up from disk.
 pub async fn embedded() -> TestStore {
