@@ -68,16 +68,16 @@ impl Cached {
     fn from_stored(
         stored: &[u8],
         revision: u64,
-        fields: &[&str],
+        selectable: &Paths,
     ) -> serde_json::Result<Arc<Cached>> {
-        if let Some(cached) = Cached::spliced(stored, revision, fields) {
+        if let Some(cached) = Cached::spliced(stored, revision, selectable) {
             return Ok(cached);
         }
         let value: Value = serde_json::from_slice(stored)?;
-        Ok(Cached::new(value, revision, fields))
+        Ok(Cached::new(value, revision, &selectable.fields))
     }
 
-    fn spliced(stored: &[u8], revision: u64, fields: &[&str]) -> Option<Arc<Cached>> {
+    fn spliced(stored: &[u8], revision: u64, selectable: &Paths) -> Option<Arc<Cached>> {
         // A line break would split a watch event's line; such a value (not
         // one rudder wrote) is serialized afresh.
         if stored.contains(&b'\n') {
@@ -102,15 +102,10 @@ impl Cached {
             json.push(b',');
         }
         json.extend_from_slice(&stored[open + 1..]);
-        let paths: Vec<Vec<&str>> = ["metadata.name", "metadata.namespace", "metadata.labels"]
-            .iter()
-            .chain(fields)
-            .map(|p| p.split('.').collect())
-            .collect();
-        let mut selectable = serde_json::Map::new();
-        pick(&top, &paths, &mut selectable);
+        let mut picked = serde_json::Map::new();
+        selectable.pick(&top, &mut picked);
         Some(Arc::new(Cached {
-            selectable: Value::Object(selectable),
+            selectable: Value::Object(picked),
             json: Bytes::from(json),
             revision,
         }))
@@ -131,35 +126,76 @@ impl Cached {
 /// One level of a JSON object, its values unparsed.
 type Level<'a> = BTreeMap<&'a str, &'a serde_json::value::RawValue>;
 
-/// Copies the values at `paths` (each a list of keys) of the object
-/// `level` into `target`, each nested object parsed once however many
-/// paths go through it. Paths that lead nowhere are left out.
-fn pick(level: &Level<'_>, paths: &[Vec<&str>], target: &mut serde_json::Map<String, Value>) {
-    let mut firsts: Vec<&str> = paths.iter().filter_map(|p| p.first().copied()).collect();
-    firsts.sort_unstable();
-    firsts.dedup();
-    for first in firsts {
-        let Some(raw) = level.get(first) else {
-            continue;
-        };
-        let rest: Vec<Vec<&str>> = paths
+/// The selectable fields of a kind as a tree of keys, for picking them
+/// out of unparsed levels.
+#[derive(Debug, Default)]
+struct Paths {
+    /// The kind's selectable fields beyond name, namespace and labels.
+    fields: Vec<&'static str>,
+    tree: PathTree,
+}
+
+#[derive(Debug, Default)]
+struct PathTree {
+    children: Vec<(&'static str, PathTree)>,
+    /// A path ends here: the whole value is taken.
+    whole: bool,
+}
+
+impl Paths {
+    fn of(fields: &'static [&'static str]) -> Paths {
+        let mut tree = PathTree::default();
+        for path in ["metadata.name", "metadata.namespace", "metadata.labels"]
             .iter()
-            .filter(|p| p.first() == Some(&first))
-            .map(|p| p[1..].to_vec())
-            .collect();
-        if rest.iter().any(Vec::is_empty) {
-            if let Ok(value) = serde_json::from_str::<Value>(raw.get()) {
-                target.insert(first.to_string(), value);
+            .chain(fields)
+        {
+            let mut node = &mut tree;
+            for key in path.split('.') {
+                let at = match node.children.iter().position(|(k, _)| *k == key) {
+                    Some(at) => at,
+                    None => {
+                        node.children.push((key, PathTree::default()));
+                        node.children.len() - 1
+                    }
+                };
+                node = &mut node.children[at].1;
             }
-            continue;
+            node.whole = true;
         }
-        let Ok(inner) = serde_json::from_str::<Level<'_>>(raw.get()) else {
-            continue;
-        };
-        let mut child = serde_json::Map::new();
-        pick(&inner, &rest, &mut child);
-        if !child.is_empty() {
-            target.insert(first.to_string(), Value::Object(child));
+        Paths {
+            fields: fields.to_vec(),
+            tree,
+        }
+    }
+
+    /// Copies the values at the paths of the object `level` into `target`,
+    /// each nested object parsed once however many paths go through it.
+    /// Paths that lead nowhere are left out.
+    fn pick(&self, level: &Level<'_>, target: &mut serde_json::Map<String, Value>) {
+        self.tree.pick(level, target);
+    }
+}
+
+impl PathTree {
+    fn pick(&self, level: &Level<'_>, target: &mut serde_json::Map<String, Value>) {
+        for (key, child) in &self.children {
+            let Some(raw) = level.get(key) else {
+                continue;
+            };
+            if child.whole {
+                if let Ok(value) = serde_json::from_str::<Value>(raw.get()) {
+                    target.insert((*key).to_string(), value);
+                }
+                continue;
+            }
+            let Ok(inner) = serde_json::from_str::<Level<'_>>(raw.get()) else {
+                continue;
+            };
+            let mut picked = serde_json::Map::new();
+            child.pick(&inner, &mut picked);
+            if !picked.is_empty() {
+                target.insert((*key).to_string(), Value::Object(picked));
+            }
         }
     }
 }
@@ -238,8 +274,8 @@ pub const TRIGGER_FIELD: &str = "spec.nodeName";
 #[derive(Debug)]
 pub struct Cache {
     prefix: String,
-    /// The kind's selectable fields beyond name and namespace.
-    fields: &'static [&'static str],
+    /// The kind's selectable fields.
+    selectable: Paths,
     contents: RwLock<Contents>,
     /// Every event, for watchers without a trigger.
     events: broadcast::Sender<Arc<CachedEvent>>,
@@ -336,7 +372,7 @@ impl Cache {
         prefix: &str,
         trigger: Option<&str>,
     ) -> Option<Subscription> {
-        let live = match trigger.filter(|_| self.fields.contains(&TRIGGER_FIELD)) {
+        let live = match trigger.filter(|_| self.selectable.fields.contains(&TRIGGER_FIELD)) {
             Some(value) => self
                 .triggered
                 .lock()
@@ -441,7 +477,7 @@ impl Cache {
                 .get(key)
                 .filter(|c| c.revision == p.mod_revision)
                 .cloned();
-            held.or_else(|| Cached::from_stored(&p.value, p.mod_revision, self.fields).ok())
+            held.or_else(|| Cached::from_stored(&p.value, p.mod_revision, &self.selectable).ok())
         });
         let object = match event.kind {
             EventKind::Deleted => {
@@ -450,7 +486,7 @@ impl Cache {
                 contents.undecodable.remove(key);
                 drop(contents);
                 match &prev {
-                    Some(prev) => Cached::new(prev.value(), revision, self.fields),
+                    Some(prev) => Cached::new(prev.value(), revision, &self.selectable.fields),
                     None => {
                         // Gone, and never served: nothing to tell watchers.
                         self.advance(revision);
@@ -458,7 +494,7 @@ impl Cache {
                     }
                 }
             }
-            _ => match Cached::from_stored(&event.kv.value, revision, self.fields) {
+            _ => match Cached::from_stored(&event.kv.value, revision, &self.selectable) {
                 Ok(cached) => {
                     let mut contents = self.contents.write().unwrap_or_else(|e| e.into_inner());
                     contents.undecodable.remove(key);
@@ -547,7 +583,7 @@ impl Cache {
         let mut objects = BTreeMap::new();
         let mut bad = Vec::new();
         for kv in &page.kvs {
-            match Cached::from_stored(&kv.value, kv.mod_revision, self.fields) {
+            match Cached::from_stored(&kv.value, kv.mod_revision, &self.selectable) {
                 Ok(cached) => {
                     objects.insert(kv.key.clone(), cached);
                 }
@@ -638,7 +674,7 @@ impl Cache {
         let CachedEvent::Change { object, prev, .. } = event.as_ref() else {
             return;
         };
-        if !self.fields.contains(&TRIGGER_FIELD) {
+        if !self.selectable.fields.contains(&TRIGGER_FIELD) {
             return;
         }
         // A missing field selects as "" (the scheduler's `spec.nodeName=`).
@@ -692,7 +728,7 @@ impl Caches {
         let (events, _) = broadcast::channel(BROADCAST);
         let cache = Arc::new(Cache {
             prefix: prefix.to_string(),
-            fields,
+            selectable: Paths::of(fields),
             contents: RwLock::new(Contents::default()),
             events,
             triggered: Mutex::new(HashMap::new()),
@@ -724,7 +760,7 @@ mod tests {
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
             "status": {"phase": "Pending", "conditions": []},
         });
-        let spliced = Cached::spliced(&stored(&pod), 42, POD_FIELDS).expect("spliced");
+        let spliced = Cached::spliced(&stored(&pod), 42, &Paths::of(POD_FIELDS)).expect("spliced");
         let rebuilt = Cached::new(pod.clone(), 42, POD_FIELDS);
         assert_eq!(spliced.value(), rebuilt.value());
         assert_eq!(spliced.value()["metadata"]["resourceVersion"], "42");
@@ -746,7 +782,8 @@ mod tests {
             serde_json::json!({"metadata": {"name": "x"}, "spec": {"nodeName": null}}),
             serde_json::json!({"metadata": {"name": "x"}, "spec": 3, "status": {}}),
         ] {
-            let spliced = Cached::spliced(&stored(&object), 7, POD_FIELDS).expect("spliced");
+            let spliced =
+                Cached::spliced(&stored(&object), 7, &Paths::of(POD_FIELDS)).expect("spliced");
             let rebuilt = Cached::new(object.clone(), 7, POD_FIELDS);
             assert_eq!(spliced.value(), rebuilt.value(), "{object}");
             assert_eq!(spliced.selectable, rebuilt.selectable, "{object}");
@@ -762,12 +799,12 @@ mod tests {
         let escaped = br#"{"metadata":{"na\u006de":"x"}}"#.to_vec();
         let bare = br#"{"kind":"X"}"#.to_vec();
         for bytes in [with_version, pretty, escaped, bare] {
-            assert!(Cached::spliced(&bytes, 9, POD_FIELDS).is_none());
+            assert!(Cached::spliced(&bytes, 9, &Paths::of(POD_FIELDS)).is_none());
             let value: Value = serde_json::from_slice(&bytes).expect("json");
-            let cached = Cached::from_stored(&bytes, 9, POD_FIELDS).expect("cached");
+            let cached = Cached::from_stored(&bytes, 9, &Paths::of(POD_FIELDS)).expect("cached");
             assert_eq!(cached.value(), Cached::new(value, 9, POD_FIELDS).value());
             assert!(!cached.json.contains(&b'\n'));
         }
-        assert!(Cached::from_stored(b"{not json", 9, POD_FIELDS).is_err());
+        assert!(Cached::from_stored(b"{not json", 9, &Paths::of(POD_FIELDS)).is_err());
     }
 }

@@ -52,10 +52,230 @@ fn value_fields() -> &'static HashMap<String, bool> {
 /// Fills in what Go's encoder would write for an object of the built-in
 /// definition `definition` (`io.k8s.api.core.v1.Service`) and is missing.
 pub fn fill(definition: &str, object: &mut Value) {
-    let schema = Schema::get();
-    fill_message(schema, &definition.to_lowercase(), object);
+    let plan = Plan::get();
+    if let Some(&message) = plan.index.get(&definition.to_lowercase()) {
+        plan.fill(message, object);
+    }
 }
 
+/// What [`fill`] and [`canonical_bytes`] do, worked out once per message:
+/// each field's zero, the messages its fields hold, and which messages
+/// could need either at all (transitively), so a walk skips the rest.
+#[derive(Debug, Default)]
+struct Plan {
+    index: HashMap<String, usize>,
+    messages: Vec<MessagePlan>,
+}
+
+#[derive(Debug, Default)]
+struct MessagePlan {
+    fields: Vec<FieldPlan>,
+    /// An object of this message may lack a field Go would write.
+    fills: bool,
+    /// An object of this message may hold a `[]byte` field.
+    has_bytes: bool,
+}
+
+#[derive(Debug)]
+struct FieldPlan {
+    json: String,
+    repeated: bool,
+    /// Inlined: the message whose fields are the parent's own.
+    inline: Option<usize>,
+    /// The message a present value is (not a self-encoding wrapper).
+    message: Option<usize>,
+    /// A `[]byte`, or a map of them.
+    bytes: bool,
+    /// A map (whose values `canonical_bytes` looks at).
+    map: bool,
+    /// What an absent field becomes (Go writes it).
+    zero: Option<Value>,
+}
+
+impl Plan {
+    fn get() -> &'static Plan {
+        static PLAN: OnceLock<Plan> = OnceLock::new();
+        PLAN.get_or_init(|| Plan::of(Schema::get()))
+    }
+
+    fn of(schema: &Schema) -> Plan {
+        let mut names: Vec<&String> = schema.messages.keys().collect();
+        names.sort();
+        let index: HashMap<String, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| ((*name).clone(), i))
+            .collect();
+        let values = value_fields();
+        let messages: Vec<MessagePlan> = names
+            .iter()
+            .map(|name| {
+                let fields: Vec<FieldPlan> = schema.messages[*name]
+                    .values()
+                    .map(|field| {
+                        let inner = match &field.kind {
+                            Kind::Message(inner) if !SELF_ENCODED.contains(&inner.as_str()) => {
+                                index.get(inner).copied()
+                            }
+                            _ => None,
+                        };
+                        let zero = (!field.repeated && !field.inline)
+                            .then(|| zero_of(schema, values, name, &field.json, &field.kind))
+                            .flatten();
+                        FieldPlan {
+                            json: field.json.clone(),
+                            repeated: field.repeated,
+                            inline: inner.filter(|_| field.inline),
+                            message: inner.filter(|_| !field.inline),
+                            bytes: match &field.kind {
+                                Kind::Bytes => true,
+                                Kind::Map(_, value) => **value == Kind::Bytes,
+                                _ => false,
+                            },
+                            map: matches!(field.kind, Kind::Map(..)),
+                            zero,
+                        }
+                    })
+                    .collect();
+                MessagePlan {
+                    fills: fields.iter().any(|f| f.zero.is_some()),
+                    has_bytes: fields.iter().any(|f| f.bytes),
+                    fields,
+                }
+            })
+            .collect();
+        let mut plan = Plan { index, messages };
+        plan.close_over_fields();
+        plan
+    }
+
+    /// A message fills (or has bytes) if any message it holds does.
+    fn close_over_fields(&mut self) {
+        loop {
+            let mut changed = false;
+            for i in 0..self.messages.len() {
+                let held = |f: &FieldPlan| f.inline.or(f.message);
+                let fills = self.messages[i]
+                    .fields
+                    .iter()
+                    .filter_map(held)
+                    .any(|m| self.messages[m].fills);
+                let has_bytes = self.messages[i]
+                    .fields
+                    .iter()
+                    .filter(|f| !f.map)
+                    .filter_map(held)
+                    .any(|m| self.messages[m].has_bytes);
+                let message = &mut self.messages[i];
+                if (fills && !message.fills) || (has_bytes && !message.has_bytes) {
+                    message.fills |= fills;
+                    message.has_bytes |= has_bytes;
+                    changed = true;
+                }
+            }
+            if !changed {
+                return;
+            }
+        }
+    }
+
+    fn fill(&self, message: usize, object: &mut Value) {
+        let plan = &self.messages[message];
+        let (true, Value::Object(map)) = (plan.fills, &mut *object) else {
+            return;
+        };
+        for field in &plan.fields {
+            if let Some(inner) = field.inline {
+                if self.messages[inner].fills {
+                    let mut inlined = Value::Object(std::mem::take(map));
+                    self.fill(inner, &mut inlined);
+                    if let Value::Object(back) = inlined {
+                        *map = back;
+                    }
+                }
+                continue;
+            }
+            match map.get_mut(&field.json) {
+                Some(value) => match field.message {
+                    Some(inner) if field.repeated => {
+                        for item in value.as_array_mut().into_iter().flatten() {
+                            self.fill(inner, item);
+                        }
+                    }
+                    Some(inner) => self.fill(inner, value),
+                    None => {}
+                },
+                None => {
+                    if let Some(zero) = &field.zero {
+                        map.insert(field.json.clone(), zero.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    fn canonical_bytes(&self, message: usize, object: &mut Value) {
+        let plan = &self.messages[message];
+        let (true, Value::Object(map)) = (plan.has_bytes, &mut *object) else {
+            return;
+        };
+        for field in &plan.fields {
+            if let Some(inner) = field.inline {
+                let mut inlined = Value::Object(std::mem::take(map));
+                self.canonical_bytes(inner, &mut inlined);
+                if let Value::Object(back) = inlined {
+                    *map = back;
+                }
+                continue;
+            }
+            let Some(value) = map.get_mut(&field.json) else {
+                continue;
+            };
+            let items: Vec<&mut Value> = match value {
+                Value::Array(items) if field.repeated => items.iter_mut().collect(),
+                Value::Object(entries) if field.map => entries.values_mut().collect(),
+                single => vec![single],
+            };
+            for item in items {
+                match (field.bytes, field.message) {
+                    (true, _) => unwrap_base64(item),
+                    (false, Some(inner)) if !field.map => self.canonical_bytes(inner, item),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// What Go writes for the absent non-repeated field `json` of `message`,
+/// if anything.
+fn zero_of(
+    schema: &Schema,
+    values: &HashMap<String, bool>,
+    message: &str,
+    json: &str,
+    kind: &Kind,
+) -> Option<Value> {
+    let key = format!("{message}.{}", json.to_lowercase());
+    let &omitempty = values.get(&key)?;
+    Some(match kind {
+        Kind::Message(inner) if SELF_ENCODED.contains(&inner.as_str()) => return None,
+        Kind::Message(inner) => {
+            let mut empty = Value::Object(Map::new());
+            fill_message(schema, inner, &mut empty);
+            empty
+        }
+        _ if omitempty => return None,
+        Kind::String => json!(""),
+        Kind::Bool => json!(false),
+        Kind::Int32 | Kind::Int64 => json!(0),
+        Kind::Double => json!(0.0),
+        Kind::Bytes | Kind::Map(..) => return None,
+    })
+}
+
+/// [`fill`] the long way, field by field with every lookup: how the plan
+/// works out a message field's zero, and what tests hold the plan to.
 fn fill_message(schema: &Schema, message: &str, object: &mut Value) {
     let (Some(fields), Value::Object(map)) = (schema.messages.get(message), object) else {
         return;
@@ -112,7 +332,10 @@ fn fill_message(schema: &Schema, message: &str, object: &mut Value) {
 /// field of an object of `definition`, so it is stored canonical; what
 /// else is wrong with the base64 is left for decoding to report.
 pub fn canonical_bytes(definition: &str, object: &mut Value) {
-    bytes_message(Schema::get(), &definition.to_lowercase(), object);
+    let plan = Plan::get();
+    if let Some(&message) = plan.index.get(&definition.to_lowercase()) {
+        plan.canonical_bytes(message, object);
+    }
 }
 
 fn unwrap_base64(value: &mut Value) {
@@ -123,45 +346,38 @@ fn unwrap_base64(value: &mut Value) {
     }
 }
 
-fn bytes_message(schema: &Schema, message: &str, object: &mut Value) {
-    let (Some(fields), Value::Object(map)) = (schema.messages.get(message), object) else {
-        return;
-    };
-    for field in fields.values() {
-        if let (true, Kind::Message(inner)) = (field.inline, &field.kind) {
-            let mut inlined = Value::Object(std::mem::take(map));
-            bytes_message(schema, inner, &mut inlined);
-            if let Value::Object(back) = inlined {
-                *map = back;
-            }
-            continue;
-        }
-        let Some(value) = map.get_mut(&field.json) else {
-            continue;
-        };
-        let items: Vec<&mut Value> = match value {
-            Value::Array(items) if field.repeated => items.iter_mut().collect(),
-            Value::Object(entries) if matches!(field.kind, Kind::Map(..)) => {
-                entries.values_mut().collect()
-            }
-            single => vec![single],
-        };
-        for item in items {
-            match &field.kind {
-                Kind::Bytes => unwrap_base64(item),
-                Kind::Map(_, inner) if **inner == Kind::Bytes => unwrap_base64(item),
-                Kind::Message(inner) if !SELF_ENCODED.contains(&inner.as_str()) => {
-                    bytes_message(schema, inner, item)
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_plan_fills_as_the_field_by_field_walk_does() {
+        let schema = Schema::get();
+        let plan = Plan::get();
+        for (name, &message) in &plan.index {
+            let (mut planned, mut walked) = (json!({}), json!({}));
+            plan.fill(message, &mut planned);
+            fill_message(schema, name, &mut walked);
+            assert_eq!(planned, walked, "{name}");
+        }
+        let pod = json!({
+            "metadata": {"name": "p", "ownerReferences": [{"name": "o"}]},
+            "spec": {
+                "containers": [{"name": "c", "ports": [{"containerPort": 80}],
+                    "livenessProbe": {"httpGet": {"port": 80}}, "resources": {}}],
+                "volumes": [{"name": "v", "configMap": {"name": "x"}}],
+                "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution":
+                    [{"weight": 1, "podAffinityTerm": {"topologyKey": "k"}}]}},
+            },
+            "status": {"containerStatuses": [{"name": "c", "state": {}}]},
+        });
+        let (mut planned, mut walked) = (pod.clone(), pod);
+        fill("io.k8s.api.core.v1.Pod", &mut planned);
+        fill_message(schema, "io.k8s.api.core.v1.pod", &mut walked);
+        assert_eq!(planned, walked);
+        assert!(!plan.messages[plan.index["io.k8s.api.core.v1.pod"]].has_bytes);
+        assert!(plan.messages[plan.index["io.k8s.api.core.v1.secret"]].has_bytes);
+    }
 
     #[test]
     fn go_writes_plain_structs_and_scalars_without_omitempty() {

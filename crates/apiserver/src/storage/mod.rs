@@ -145,6 +145,13 @@ impl<'a> Storage<'a> {
         let cache = self.state.cache(&namespaces);
         cache.wait_for(0).await?;
         let found = match cache.object(namespaces.key(None, ns).as_bytes()) {
+            // Neither word in it: not terminating, nothing to parse.
+            Some(cached)
+                if !contains(&cached.json, b"deletionTimestamp")
+                    && !contains(&cached.json, b"Terminating") =>
+            {
+                return Ok(());
+            }
             Some(cached) => cached.value(),
             None => self.get(&namespaces, None, ns).await?.object,
         };
@@ -180,6 +187,10 @@ impl<'a> Storage<'a> {
             managed::update(&scope(def, part, &api_version, &now), old, new, manager);
         }
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// The 403 a create in a terminating namespace gets, as upstream words it.
