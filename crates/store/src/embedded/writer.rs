@@ -48,7 +48,7 @@ const LINGER: Duration = Duration::from_millis(1);
 /// …until it has this many…
 const LINGER_UNTIL: usize = 32;
 /// …looking this often.
-const LINGER_STEP: Duration = Duration::from_micros(50);
+const LINGER_STEP: Duration = Duration::from_micros(250);
 
 /// One write asked of the store.
 #[derive(Debug)]
