@@ -1,7 +1,8 @@
 //! The single writer of the embedded store, with group commit.
 //!
 //! Every write goes through one thread. It takes the first waiting command,
-//! then every other one already queued (up to a batch limit), applies them in
+//! then every other one already queued (up to a batch limit) — under load
+//! lingering up to a millisecond while more keep arriving — applies them in
 //! one redb write transaction — each successful write takes the next revision —
 //! appends the batch to the write-ahead log with one fsync, commits the
 //! transaction (without a sync of its own), publishes the batch's events to
@@ -47,8 +48,8 @@ pub(crate) const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 const LINGER: Duration = Duration::from_millis(1);
 /// …until it has this many…
 const LINGER_UNTIL: usize = 32;
-/// …looking this often.
-const LINGER_STEP: Duration = Duration::from_micros(250);
+/// …while each comes within this of the last.
+const LINGER_GAP: Duration = Duration::from_micros(100);
 
 /// One write asked of the store.
 #[derive(Debug)]
@@ -216,14 +217,27 @@ impl Writer {
 
     /// Under load (writes were queued behind the batch's first), waits a
     /// little for more to join a small batch: each batch costs a log sync
-    /// and a redb commit however few writes it carries, and writes arrive
-    /// faster than those.
+    /// and a redb commit however few writes it carries. It waits while
+    /// writes keep coming — each within [`LINGER_GAP`] of the last — up to
+    /// [`LINGER`] in all, yielding the CPU meanwhile to whoever is making
+    /// them; writers that all wait for this batch send nothing more, and it
+    /// goes after one gap.
     fn linger(&mut self, writes: &mut Vec<(WriteOp, Reply)>) {
-        let deadline = Instant::now() + LINGER;
-        while writes.len() < LINGER_UNTIL.min(self.max_batch) && Instant::now() < deadline {
+        let start = Instant::now();
+        let mut last = start;
+        while writes.len() < LINGER_UNTIL.min(self.max_batch) {
             match self.commands.try_recv() {
-                Ok(command) => self.accept(command, writes),
-                Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(LINGER_STEP),
+                Ok(command) => {
+                    self.accept(command, writes);
+                    last = Instant::now();
+                }
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    let now = Instant::now();
+                    if now - start >= LINGER || now - last >= LINGER_GAP {
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
             }
         }
