@@ -20,7 +20,7 @@
 //! records that continue the checkpoint's revision without a gap, skips them.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -101,22 +101,24 @@ impl Wal {
             .truncate(false)
             .open(path)
             .map_err(|e| io("open", e))?;
-        let mut contents = Vec::new();
-        file.read_to_end(&mut contents).map_err(|e| io("read", e))?;
-        if contents.is_empty() {
+        // Read record by record, never the whole (preallocated) file: a
+        // 64 MiB buffer would stay in the allocator's hands after start-up.
+        let size = file.metadata().map_err(|e| io("stat", e))?.len();
+        let mut magic = [0u8; MAGIC.len()];
+        if size == 0 {
             preallocate(&mut file).map_err(|e| io("create", e))?;
             if let Some(dir) = path.parent() {
                 File::open(dir)
                     .and_then(|d| d.sync_all())
                     .map_err(|e| io("sync the directory of", e))?;
             }
-        } else if contents.len() < MAGIC.len() || &contents[..MAGIC.len()] != MAGIC {
+        } else if file.read_exact_at(&mut magic, 0).is_err() || &magic != MAGIC {
             return Err(Error::Foreign {
                 path: path.display().to_string(),
                 reason: "not a rudder write-ahead log".into(),
             });
         }
-        let mutations = recover(&contents, durable_revision);
+        let mutations = recover(&file, durable_revision).map_err(|e| io("read", e))?;
         let wal = Wal {
             file,
             syncer,
@@ -252,21 +254,29 @@ fn decode(payload: &[u8]) -> Option<Vec<Mutation>> {
     r.bytes.is_empty().then_some(mutations)
 }
 
-/// The mutations of the records that continue `durable` without a gap.
-fn recover(contents: &[u8], durable: u64) -> Vec<Mutation> {
+/// The mutations of the records of `log` that continue `durable` without
+/// a gap; a record cut short, zeroed or corrupt ends the log.
+fn recover(log: &File, durable: u64) -> std::io::Result<Vec<Mutation>> {
+    let size = log.metadata()?.len();
     let mut out = Vec::new();
     let mut expected = durable + 1;
-    let mut at = HEADER as usize;
-    while let Some(header) = contents.get(at..at + RECORD_HEADER) {
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let mut at = HEADER;
+    let mut header = [0u8; RECORD_HEADER];
+    let mut payload = Vec::new();
+    while at + RECORD_HEADER as u64 <= size {
+        log.read_exact_at(&mut header, at)?;
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as u64;
         let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        let Some(payload) = contents.get(at + RECORD_HEADER..at + RECORD_HEADER + len) else {
-            break;
-        };
-        if len == 0 || crc32fast::hash(payload) != crc {
+        let end = at + RECORD_HEADER as u64 + len;
+        if len == 0 || end > size {
             break;
         }
-        let Some(mutations) = decode(payload) else {
+        payload.resize(len as usize, 0);
+        log.read_exact_at(&mut payload, at + RECORD_HEADER as u64)?;
+        if crc32fast::hash(&payload) != crc {
+            break;
+        }
+        let Some(mutations) = decode(&payload) else {
             break;
         };
         let (Some(first), Some(last)) = (mutations.first(), mutations.last()) else {
@@ -280,9 +290,9 @@ fn recover(contents: &[u8], durable: u64) -> Vec<Mutation> {
         } else {
             break;
         }
-        at += RECORD_HEADER + len;
+        at = end;
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
