@@ -2,7 +2,7 @@
 //!
 //! Every write goes through one thread. It takes the first waiting command,
 //! then every other one already queued (up to a batch limit) — under load
-//! lingering up to a millisecond while more keep arriving — applies them in
+//! sleeping up to a millisecond while more keep arriving — applies them in
 //! one redb write transaction — each successful write takes the next revision —
 //! appends the batch to the write-ahead log with one fsync, commits the
 //! transaction (without a sync of its own), publishes the batch's events to
@@ -48,8 +48,8 @@ pub(crate) const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
 const LINGER: Duration = Duration::from_millis(1);
 /// …until it has this many…
 const LINGER_UNTIL: usize = 32;
-/// …while each comes within this of the last.
-const LINGER_GAP: Duration = Duration::from_micros(100);
+/// …looking this often, while each look finds more.
+const LINGER_STEP: Duration = Duration::from_micros(100);
 
 /// One write asked of the store.
 #[derive(Debug)]
@@ -217,28 +217,28 @@ impl Writer {
 
     /// Under load (writes were queued behind the batch's first), waits a
     /// little for more to join a small batch: each batch costs a log sync
-    /// and a redb commit however few writes it carries. It waits while
-    /// writes keep coming — each within [`LINGER_GAP`] of the last — up to
-    /// [`LINGER`] in all, yielding the CPU meanwhile to whoever is making
-    /// them; writers that all wait for this batch send nothing more, and it
-    /// goes after one gap.
+    /// and a redb commit however few writes it carries. It sleeps in
+    /// [`LINGER_STEP`]s while writes keep coming, up to [`LINGER`] in all;
+    /// a step that brings none ends it (writers that all wait on this batch
+    /// send nothing more). Sleeping, not spinning: the CPU goes to whoever
+    /// is making the writes.
     fn linger(&mut self, writes: &mut Vec<(WriteOp, Reply)>) {
         let start = Instant::now();
-        let mut last = start;
-        while writes.len() < LINGER_UNTIL.min(self.max_batch) {
-            match self.commands.try_recv() {
-                Ok(command) => {
-                    self.accept(command, writes);
-                    last = Instant::now();
+        while writes.len() < LINGER_UNTIL.min(self.max_batch) && start.elapsed() < LINGER {
+            std::thread::sleep(LINGER_STEP);
+            let before = writes.len();
+            loop {
+                match self.commands.try_recv() {
+                    Ok(command) => self.accept(command, writes),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => return,
                 }
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    let now = Instant::now();
-                    if now - start >= LINGER || now - last >= LINGER_GAP {
-                        break;
-                    }
-                    std::thread::yield_now();
+                if writes.len() >= self.max_batch {
+                    return;
                 }
-                Err(mpsc::error::TryRecvError::Disconnected) => break,
+            }
+            if writes.len() == before {
+                return;
             }
         }
     }
