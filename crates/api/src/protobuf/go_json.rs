@@ -58,6 +58,16 @@ pub fn fill(definition: &str, object: &mut Value) {
     }
 }
 
+/// Runs `f` on the object `map` as a [`Value`] (an inlined message's fields
+/// are its parent's own), then puts it back.
+fn as_value(map: &mut Map<String, Value>, f: impl FnOnce(&mut Value)) {
+    let mut value = Value::Object(std::mem::take(map));
+    f(&mut value);
+    if let Value::Object(back) = value {
+        *map = back;
+    }
+}
+
 /// What [`fill`] and [`canonical_bytes`] do, worked out once per message:
 /// each field's zero, the messages its fields hold, and which messages
 /// could need either at all (transitively), so a walk skips the rest.
@@ -187,11 +197,7 @@ impl Plan {
         for field in &plan.fields {
             if let Some(inner) = field.inline {
                 if self.messages[inner].fills {
-                    let mut inlined = Value::Object(std::mem::take(map));
-                    self.fill(inner, &mut inlined);
-                    if let Value::Object(back) = inlined {
-                        *map = back;
-                    }
+                    as_value(map, |inlined| self.fill(inner, inlined));
                 }
                 continue;
             }
@@ -221,11 +227,7 @@ impl Plan {
         };
         for field in &plan.fields {
             if let Some(inner) = field.inline {
-                let mut inlined = Value::Object(std::mem::take(map));
-                self.canonical_bytes(inner, &mut inlined);
-                if let Value::Object(back) = inlined {
-                    *map = back;
-                }
+                as_value(map, |inlined| self.canonical_bytes(inner, inlined));
                 continue;
             }
             let Some(value) = map.get_mut(&field.json) else {
@@ -284,11 +286,7 @@ fn fill_message(schema: &Schema, message: &str, object: &mut Value) {
     for field in fields.values() {
         if field.inline {
             if let Kind::Message(inner) = &field.kind {
-                let mut inlined = Value::Object(std::mem::take(map));
-                fill_message(schema, inner, &mut inlined);
-                if let Value::Object(back) = inlined {
-                    *map = back;
-                }
+                as_value(map, |inlined| fill_message(schema, inner, inlined));
             }
             continue;
         }
