@@ -108,11 +108,8 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                     },
                     change = slice_changes.next_until(&stop) => match change {
                         None => return,
-                        Some(Change::Applied { new: s, .. } | Change::Deleted(s)) => {
-                            if let Some(service) = s.labels().get(SERVICE_NAME) {
-                                c.queue.add(key(s.metadata.namespace.as_deref(), service));
-                            }
-                        }
+                        Some(Change::Applied { new, .. }) => c.slice_changed(&new, false),
+                        Some(Change::Deleted(old)) => c.slice_changed(&old, true),
                         Some(Change::Resync) => all(),
                     },
                 }
@@ -172,7 +169,17 @@ impl Controller {
                     !e.annotations()
                         .contains_key("control-plane.alpha.kubernetes.io/leader")
                 });
-                if leftover {
+                // The Services cache may be behind the Endpoints one (an
+                // Endpoints written just after its Service, seen by the
+                // startup listing or a resync first): a live read decides
+                // before anything of the user's is deleted.
+                let service_exists = || async {
+                    Api::<Service>::namespaced(self.ctx.client.clone(), namespace)
+                        .get_opt(name)
+                        .await
+                        .map(|s| s.is_some())
+                };
+                if leftover && !service_exists().await? {
                     match endpoints_api.delete(name, &DeleteParams::default()).await {
                         Ok(_) => {}
                         Err(e) if is_status(&e, 404) => {}
@@ -225,6 +232,17 @@ impl Controller {
                 }
                 Ok(Action::Done)
             }
+        }
+    }
+
+    /// Queues `slice`'s Service, and marks the slice seen (or gone) for
+    /// its expectations: a slice created and deleted before a sync looked
+    /// is not waited for until the expectation lapses.
+    fn slice_changed(&self, slice: &EndpointSlice, gone: bool) {
+        if let Some(service) = slice.labels().get(SERVICE_NAME) {
+            let service = key(slice.metadata.namespace.as_deref(), service);
+            self.expectations.observed(&service, &key_of(slice), gone);
+            self.queue.add(service);
         }
     }
 
