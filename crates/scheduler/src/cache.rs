@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use crate::framework::changes::{PodChange, PodLog, next_epoch};
 use crate::framework::{Listers, NodeInfo, PodInfo, Snapshot};
 
 /// How long an assumed pod whose binding finished waits to be seen bound.
@@ -56,6 +57,15 @@ pub struct Cache {
     /// When assumptions were last checked for expiry (once a second: the
     /// check walks every pod).
     expired_at: Option<Instant>,
+    /// Every pod counted in or out of a present node, and the node epoch:
+    /// changed whenever the list's positions, or a node's labels or
+    /// taints, do (see [`crate::framework::changes`]).
+    log: Arc<PodLog>,
+    epoch: u64,
+}
+
+fn taints(info: &NodeInfo) -> Option<&Vec<k8s_openapi::api::core::v1::Taint>> {
+    info.node.spec.as_ref().and_then(|s| s.taints.as_ref())
 }
 
 fn has_affinity_pods(info: &NodeInfo) -> bool {
@@ -136,6 +146,9 @@ impl Cache {
             self.count_images(&old, -1);
         }
         let fresh = Arc::new(old.with_node(node));
+        if !was_present || old.labels() != fresh.labels() || taints(&old) != taints(&fresh) {
+            self.epoch = next_epoch();
+        }
         self.count_images(&fresh, 1);
         let entry = self.entry(&name);
         entry.info = fresh;
@@ -197,6 +210,7 @@ impl Cache {
     /// Rebuilds the list and positions after nodes came or went.
     fn rebuild(&mut self) {
         self.with_affinity = None;
+        self.epoch = next_epoch();
         self.list = Arc::new(
             self.order
                 .iter()
@@ -236,17 +250,34 @@ impl Cache {
         self.rebuild();
     }
 
+    /// Logs `pod` counted in or out of `node`, if present (what cycles
+    /// see).
+    fn log(&self, node: &str, pod: Arc<PodInfo>, delta: i64) {
+        if let Some(&at) = self.index.get(node)
+            && self.nodes.get(node).is_some_and(|e| e.present)
+        {
+            self.log.push(PodChange {
+                node: at,
+                pod,
+                delta,
+            });
+        }
+    }
+
     fn add_to_node(&mut self, node: &str, pod: Arc<PodInfo>) {
-        self.change_node(node, |info| info.add_pod(pod));
+        self.change_node(node, |info| info.add_pod(pod.clone()));
+        self.log(node, pod, 1);
     }
 
     fn remove_from_node(&mut self, node: &str, key: &str) {
         if !self.nodes.contains_key(node) {
             return;
         }
-        self.change_node(node, |info| {
-            info.remove_pod(key);
-        });
+        let mut removed = None;
+        self.change_node(node, |info| removed = info.remove_pod(key));
+        if let Some(pod) = removed {
+            self.log(node, pod, -1);
+        }
         if self
             .nodes
             .get(node)
@@ -365,6 +396,7 @@ impl Cache {
         Snapshot::shared(self.list.clone(), self.index.clone(), with_affinity)
             .with_images(self.image_nodes.clone())
             .with_listers(self.listers.clone())
+            .with_changes(self.log.clone(), self.log.end(), self.epoch)
     }
 
     pub fn node_count(&self) -> usize {

@@ -219,10 +219,10 @@ impl Profile {
             }
             pod_topology_spread::NAME => {
                 let args = enabled.pod_topology_spread_args();
-                let p = Arc::new(pod_topology_spread::PodTopologySpread {
-                    default_constraints: args.constraints(),
-                    system_defaulted: args.defaulting_type != "List",
-                });
+                let p = Arc::new(pod_topology_spread::PodTopologySpread::new(
+                    args.constraints(),
+                    args.defaulting_type != "List",
+                ));
                 self.pre_filter.push(p.clone());
                 self.filter.push(p.clone());
                 self.pre_score.push(p.clone());

@@ -10,6 +10,7 @@
 //! (binding, preemption's deletions, status and events).
 
 pub mod affinity;
+pub mod changes;
 pub mod listers;
 pub mod status;
 pub mod types;
@@ -117,6 +118,12 @@ pub struct Snapshot {
     pub nominated: Arc<HashMap<String, Vec<Arc<PodInfo>>>>,
     /// The PodDisruptionBudgets preemption respects.
     pub pdbs: Arc<Vec<Arc<PodDisruptionBudget>>>,
+    /// The cache's log of pods counted in and out of nodes, how far it
+    /// went when this snapshot was taken, and the node epoch (see
+    /// [`changes`]): what lets a PreFilter carry its counts forward.
+    pub changes: Arc<changes::PodLog>,
+    pub changes_end: u64,
+    pub node_epoch: u64,
 }
 
 impl Snapshot {
@@ -163,7 +170,19 @@ impl Snapshot {
             listers: Listers::empty(),
             nominated: Arc::default(),
             pdbs: Arc::default(),
+            changes: Arc::default(),
+            changes_end: 0,
+            node_epoch: changes::next_epoch(),
         }
+    }
+
+    /// The same, its nodes' pods changed as `log` says up to `end` since
+    /// they last changed themselves (`epoch`).
+    pub fn with_changes(mut self, log: Arc<changes::PodLog>, end: u64, epoch: u64) -> Self {
+        self.changes = log;
+        self.changes_end = end;
+        self.node_epoch = epoch;
+        self
     }
 
     /// The same, knowing the pods nominated to each node.

@@ -384,11 +384,9 @@ impl NodeInfo {
         self.pods.push(pod);
     }
 
-    /// Removes the pod `key`; whether it was there.
-    pub fn remove_pod(&mut self, key: &str) -> bool {
-        let Some(at) = self.pods.iter().position(|p| p.key == key) else {
-            return false;
-        };
+    /// Removes the pod `key`; it, if it was there.
+    pub fn remove_pod(&mut self, key: &str) -> Option<Arc<PodInfo>> {
+        let at = self.pods.iter().position(|p| p.key == key)?;
         let pod = self.pods.swap_remove(at);
         self.requested.sub(&pod.requests);
         self.non_zero_requested.sub(&pod.non_zero_requests);
@@ -400,7 +398,7 @@ impl NodeInfo {
             .iter()
             .flat_map(|p| p.ports.iter().cloned())
             .collect();
-        true
+        Some(pod)
     }
 
     pub fn labels(&self) -> &BTreeMap<String, String> {
@@ -472,7 +470,7 @@ mod tests {
         info.add_pod(Arc::new(PodInfo::new(Arc::new(p))));
         assert_eq!(info.requested.milli_cpu, 1000);
         assert_eq!(info.used_ports.len(), 1);
-        assert!(info.remove_pod("n/p"));
+        assert!(info.remove_pod("n/p").is_some());
         assert_eq!(info.requested.milli_cpu, 0);
         assert!(info.used_ports.is_empty());
     }

@@ -75,3 +75,83 @@ pub(crate) fn scores<P: PreScore + Score>(
     plugin.normalize(&state, p, &mut scores);
     Some(scores)
 }
+
+/// Drives a cache through `steps` random changes over 9 nodes in 3 zones
+/// — pods assumed, confirmed (some moved, some terminating), forgotten and
+/// deleted; now and then a node relabelled or tainted — handing each
+/// change's snapshot to `each`. `make` gives the pod of a step its labels
+/// and spec from a random number.
+pub(crate) fn churn(
+    steps: usize,
+    make: impl Fn(u64) -> (Value, Value),
+    mut each: impl FnMut(&Snapshot),
+) {
+    use crate::cache::Cache;
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    let zone = "topology.kubernetes.io/zone";
+    let mut cache = Cache::new();
+    let node_of = |i: u64, zone_of: u64, tainted: bool| {
+        let mut n = node(
+            &format!("n{i}"),
+            json!({zone: format!("z{zone_of}")}),
+            vec![],
+        );
+        if tainted {
+            let mut node = (*n.node).clone();
+            node.spec = Some(
+                serde_json::from_value(json!({"taints": [{"key": "k", "effect": "NoSchedule"}]}))
+                    .expect("taints"),
+            );
+            n = NodeInfo::new(Arc::new(node));
+        }
+        n.node.clone()
+    };
+    for i in 0..9 {
+        cache.set_node(node_of(i, i % 3, false));
+    }
+    let mut pods: Vec<Arc<PodInfo>> = Vec::new();
+    for step in 0..steps {
+        let r = next();
+        match r % 8 {
+            0..=2 => {
+                let (labels, spec) = make(next());
+                let namespace = if next() % 4 == 0 { "other" } else { "default" };
+                let p = Arc::new(pod(&format!("p{step}"), namespace, labels, spec));
+                cache.assume(p.clone(), &format!("n{}", next() % 9));
+                pods.push(p);
+            }
+            3 | 4 if !pods.is_empty() => {
+                // Seen bound: where assumed, or elsewhere; some terminating.
+                let p = &pods[(next() as usize) % pods.len()];
+                let mut bound = (*p.pod).clone();
+                bound.spec.get_or_insert_with(Default::default).node_name =
+                    Some(format!("n{}", next() % 9));
+                if next() % 3 == 0 {
+                    bound.metadata.deletion_timestamp = Some(
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+                    );
+                }
+                cache.set_pod(Arc::new(bound));
+            }
+            5 if !pods.is_empty() => {
+                let p = pods.swap_remove((next() as usize) % pods.len());
+                cache.remove_pod(&p.pod);
+            }
+            6 if !pods.is_empty() => {
+                let p = pods.swap_remove((next() as usize) % pods.len());
+                cache.forget(&p.key);
+            }
+            7 if next() % 4 == 0 => {
+                cache.set_node(node_of(next() % 9, next() % 3, next() % 2 == 0));
+            }
+            _ => {}
+        }
+        each(&cache.snapshot().with_listers(Arc::default()));
+    }
+}

@@ -2,12 +2,15 @@
 //! and keeps the two emptiest (the critical paths), so Filter knows the
 //! global minimum without a walk; preemption adds and removes pods.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{NodeAffinity, Toleration};
 
 use super::{
     Constraint, NAME, PodTopologySpread, REASON_CONSTRAINTS_NOT_MATCH, REASON_NODE_LABEL_NOT_MATCH,
     has_all_keys, labels,
 };
+use crate::framework::changes::PodChange;
 use crate::framework::{
     CycleState, Filter, NodeInfo, PodInfo, PreFilter, PreFilterResult, Snapshot, Status,
 };
@@ -82,6 +85,71 @@ impl PreFilterState {
     }
 }
 
+/// What PreFilter's counts depend on besides the cluster: the pod's
+/// namespace, its constraints, and what their inclusion policies read of
+/// the pod.
+#[derive(Debug, PartialEq)]
+pub(super) struct Question {
+    namespace: String,
+    constraints: Vec<Constraint>,
+    node_selector: Option<BTreeMap<String, String>>,
+    node_affinity: Option<NodeAffinity>,
+    tolerations: Option<Vec<Toleration>>,
+}
+
+/// Per constraint, the pods it selects in each eligible domain.
+pub(super) type Counts = Vec<HashMap<String, i64>>;
+
+/// Counts over every node.
+fn count_all(constraints: &[Constraint], pod: &PodInfo, snapshot: &Snapshot) -> Counts {
+    let mut counts = vec![HashMap::new(); constraints.len()];
+    for node in snapshot.nodes.iter() {
+        if !has_all_keys(node, constraints) {
+            continue;
+        }
+        for (i, c) in constraints.iter().enumerate() {
+            if !c.includes(pod, node) {
+                continue;
+            }
+            let value = &node.labels()[&c.topology_key];
+            let found = c.count(&node.pods, pod.namespace());
+            // A key allocated only for a new domain (a few), not per node.
+            match counts[i].get_mut(value) {
+                Some(count) => *count += found,
+                None => {
+                    counts[i].insert(value.clone(), found);
+                }
+            }
+        }
+    }
+    counts
+}
+
+/// Brings counts forward by one pod counted in or out of a node, as
+/// [`count_all`] would have counted it.
+fn count_change(
+    counts: &mut Counts,
+    constraints: &[Constraint],
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    change: &PodChange,
+) {
+    let (Some(node), other) = (snapshot.nodes.get(change.node), &change.pod) else {
+        return;
+    };
+    if !has_all_keys(node, constraints) {
+        return;
+    }
+    for (i, c) in constraints.iter().enumerate() {
+        if c.count(std::slice::from_ref(other), pod.namespace()) == 0 || !c.includes(pod, node) {
+            continue;
+        }
+        if let Some(count) = counts[i].get_mut(&node.labels()[&c.topology_key]) {
+            *count += change.delta;
+        }
+    }
+}
+
 impl PreFilter for PodTopologySpread {
     fn pre_filter(
         &self,
@@ -93,26 +161,20 @@ impl PreFilter for PodTopologySpread {
         if constraints.is_empty() {
             return (PreFilterResult::default(), Status::skip());
         }
-        let mut counts = vec![HashMap::new(); constraints.len()];
-        for node in snapshot.nodes.iter() {
-            if !has_all_keys(node, &constraints) {
-                continue;
-            }
-            for (i, c) in constraints.iter().enumerate() {
-                if !c.includes(pod, node) {
-                    continue;
-                }
-                let value = &node.labels()[&c.topology_key];
-                let found = c.count(&node.pods, pod.namespace());
-                // A key allocated only for a new domain (a few), not per node.
-                match counts[i].get_mut(value) {
-                    Some(count) => *count += found,
-                    None => {
-                        counts[i].insert(value.clone(), found);
-                    }
-                }
-            }
-        }
+        let spec = pod.spec();
+        let question = Question {
+            namespace: pod.namespace().to_string(),
+            constraints: constraints.clone(),
+            node_selector: spec.node_selector.clone(),
+            node_affinity: spec.affinity.as_ref().and_then(|a| a.node_affinity.clone()),
+            tolerations: spec.tolerations.clone(),
+        };
+        let counts = self.counted.get(
+            question,
+            snapshot,
+            |counts, change| count_change(counts, &constraints, pod, snapshot, change),
+            || count_all(&constraints, pod, snapshot),
+        );
         let paths = counts
             .iter()
             .map(|domains: &HashMap<String, i64>| {
@@ -446,5 +508,40 @@ mod tests {
         assert_eq!(paths.0, [("b".to_string(), 1), ("c".to_string(), 2)]);
         paths.update("b", 4);
         assert_eq!(paths.0, [("c".to_string(), 2), ("b".to_string(), 4)]);
+    }
+
+    #[test]
+    fn counts_carried_between_cycles_equal_counts_made_anew() {
+        use crate::plugins::inter_pod_affinity::testing::churn;
+        let plugin = PodTopologySpread::default();
+        let constraints = json!({"topologySpreadConstraints": [
+            spread(1, ZONE, json!({"nodeTaintsPolicy": "Honor"})),
+            spread(2, HOST, json!({})),
+        ]});
+        let p = pod("m", "default", json!({"app": "foo"}), constraints);
+        let mut cycles = 0;
+        churn(
+            600,
+            |r| {
+                (
+                    json!({"app": if r % 2 == 0 { "foo" } else { "bar" }}),
+                    json!({}),
+                )
+            },
+            |s| {
+                let mut state = CycleState::default();
+                plugin.pre_filter(&mut state, &p, s);
+                let carried = state.read::<PreFilterState>(NAME).expect("state");
+                let fresh = count_all(&carried.constraints, &p, s);
+                assert_eq!(carried.counts, fresh, "after {cycles} cycles");
+                cycles += 1;
+            },
+        );
+        // Mostly carried: counted anew only after the nodes changed.
+        let anew = plugin.counted.counted_anew();
+        assert!(
+            anew > 1 && anew < 120,
+            "counted anew {anew} times of {cycles}"
+        );
     }
 }

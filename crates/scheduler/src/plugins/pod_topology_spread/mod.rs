@@ -20,6 +20,7 @@ use rudder_runtime::meta::{selector_is_empty, selector_matches};
 
 use super::helpers::untolerated;
 use super::node_affinity;
+use crate::framework::changes::Memo;
 use crate::framework::{NodeInfo, Plugin, PodInfo, Snapshot};
 
 pub const NAME: &str = "PodTopologySpread";
@@ -41,14 +42,23 @@ pub struct PodTopologySpread {
     /// Whether the defaults are the system's (`defaultingType: System`):
     /// then nodes lacking one of their labels still count for the others.
     pub system_defaulted: bool,
+    /// PreFilter's counts, carried from cycle to cycle.
+    counted: Arc<Memo<filtering::Question, filtering::Counts>>,
+}
+
+impl PodTopologySpread {
+    pub fn new(default_constraints: Vec<TopologySpreadConstraint>, system_defaulted: bool) -> Self {
+        PodTopologySpread {
+            default_constraints,
+            system_defaulted,
+            counted: Arc::default(),
+        }
+    }
 }
 
 impl Default for PodTopologySpread {
     fn default() -> Self {
-        PodTopologySpread {
-            default_constraints: system_default_constraints(),
-            system_defaulted: true,
-        }
+        PodTopologySpread::new(system_default_constraints(), true)
     }
 }
 
