@@ -230,11 +230,10 @@ impl Profile {
             }
             inter_pod_affinity::NAME => {
                 let args = enabled.inter_pod_affinity_args();
-                let p = Arc::new(inter_pod_affinity::InterPodAffinity {
-                    hard_pod_affinity_weight: args.hard_pod_affinity_weight,
-                    ignore_preferred_terms_of_existing_pods: args
-                        .ignore_preferred_terms_of_existing_pods,
-                });
+                let p = Arc::new(inter_pod_affinity::InterPodAffinity::new(
+                    args.hard_pod_affinity_weight,
+                    args.ignore_preferred_terms_of_existing_pods,
+                ));
                 self.pre_filter.push(p.clone());
                 self.filter.push(p.clone());
                 self.pre_score.push(p.clone());

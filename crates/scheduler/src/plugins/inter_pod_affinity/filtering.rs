@@ -16,7 +16,7 @@ use crate::framework::{
 
 /// Counts per topology key, then value.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct Counts(HashMap<String, HashMap<String, i64>>);
+pub(super) struct Counts(HashMap<String, HashMap<String, i64>>);
 
 impl Counts {
     /// Adds `delta` to the node's domain of `key`, if it has that label.
@@ -175,6 +175,49 @@ impl PreFilterState {
     }
 }
 
+/// What the existing pods' anti-affinity counts depend on besides the
+/// cluster: the incoming pod's namespace, labels and namespace labels.
+#[derive(Debug, PartialEq)]
+pub(super) struct ExistingQuestion {
+    namespace: String,
+    labels: Option<BTreeMap<String, String>>,
+    namespace_labels: BTreeMap<String, String>,
+}
+
+/// The pod's required affinity and anti-affinity terms, namespaces
+/// resolved: what the counts of the pods they select depend on.
+pub(super) type TermsQuestion = (Vec<AffinityTerm>, Vec<AffinityTerm>);
+
+/// Existing pods' required anti-affinity terms `pod` matches, per domain:
+/// only nodes with pods with affinity terms can hold such pods.
+fn count_existing(
+    pod: &PodInfo,
+    namespace_labels: &BTreeMap<String, String>,
+    snapshot: &Snapshot,
+) -> Counts {
+    let mut counts = Counts::default();
+    for node in snapshot
+        .with_affinity_pods
+        .iter()
+        .map(|i| &snapshot.nodes[*i])
+    {
+        for other in node
+            .pods
+            .iter()
+            .filter(|p| !p.affinity.required_anti_affinity.is_empty())
+        {
+            counts.update_with_anti_affinity(
+                &other.affinity.required_anti_affinity,
+                &pod.pod,
+                namespace_labels,
+                node,
+                1,
+            );
+        }
+    }
+    counts
+}
+
 impl PreFilter for InterPodAffinity {
     fn pre_filter(
         &self,
@@ -183,31 +226,35 @@ impl PreFilter for InterPodAffinity {
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
         let terms = &pod.affinity;
-        // Only nodes with pods with affinity terms can hold pods with
-        // required anti-affinity.
-        let mut namespace_labels = None;
-        let mut existing_anti_affinity = Counts::default();
-        for node in snapshot
-            .with_affinity_pods
-            .iter()
-            .map(|i| &snapshot.nodes[*i])
+        // No pod with affinity terms anywhere, none of its own: nothing
+        // to count (the common case, at no cost).
+        if snapshot.with_affinity_pods.is_empty()
+            && terms.required_affinity.is_empty()
+            && terms.required_anti_affinity.is_empty()
         {
-            for other in node
-                .pods
-                .iter()
-                .filter(|p| !p.affinity.required_anti_affinity.is_empty())
-            {
-                let labels = namespace_labels
-                    .get_or_insert_with(|| snapshot.listers.namespace_labels(pod.namespace()));
-                existing_anti_affinity.update_with_anti_affinity(
-                    &other.affinity.required_anti_affinity,
-                    &pod.pod,
-                    labels,
-                    node,
-                    1,
-                );
-            }
+            return (PreFilterResult::default(), Status::skip());
         }
+        let namespace_labels = snapshot.listers.namespace_labels(pod.namespace());
+        let question = ExistingQuestion {
+            namespace: pod.namespace().to_string(),
+            labels: pod.pod.metadata.labels.clone(),
+            namespace_labels: namespace_labels.clone(),
+        };
+        let existing_anti_affinity = self.existing_counted.get(
+            question,
+            snapshot,
+            |counts, change| {
+                let node = &snapshot.nodes[change.node];
+                counts.update_with_anti_affinity(
+                    &change.pod.affinity.required_anti_affinity,
+                    &pod.pod,
+                    &namespace_labels,
+                    node,
+                    change.delta,
+                );
+            },
+            || count_existing(pod, &namespace_labels, snapshot),
+        );
         if existing_anti_affinity.is_empty()
             && terms.required_affinity.is_empty()
             && terms.required_anti_affinity.is_empty()
@@ -216,21 +263,45 @@ impl PreFilter for InterPodAffinity {
         }
         let required_affinity = resolved(snapshot, terms.required_affinity.iter());
         let required_anti_affinity = resolved(snapshot, terms.required_anti_affinity.iter());
-        let (mut affinity, mut anti_affinity) = (Counts::default(), Counts::default());
-        if !required_affinity.is_empty() || !required_anti_affinity.is_empty() {
-            for node in snapshot.nodes.iter() {
-                for other in &node.pods {
-                    affinity.update_with_affinity(&required_affinity, &other.pod, node, 1);
-                    anti_affinity.update_with_anti_affinity(
+        let (affinity, anti_affinity) =
+            if required_affinity.is_empty() && required_anti_affinity.is_empty() {
+                (Counts::default(), Counts::default())
+            } else {
+                let question = (required_affinity.clone(), required_anti_affinity.clone());
+                let count = |counts: &mut (Counts, Counts), node: &NodeInfo, other: &Pod, delta| {
+                    counts
+                        .0
+                        .update_with_affinity(&required_affinity, other, node, delta);
+                    counts.1.update_with_anti_affinity(
                         &required_anti_affinity,
-                        &other.pod,
+                        other,
                         &EMPTY_LABELS,
                         node,
-                        1,
+                        delta,
                     );
-                }
-            }
-        }
+                };
+                self.counted.get(
+                    question,
+                    snapshot,
+                    |counts, change| {
+                        count(
+                            counts,
+                            &snapshot.nodes[change.node],
+                            &change.pod.pod,
+                            change.delta,
+                        )
+                    },
+                    || {
+                        let mut counts = (Counts::default(), Counts::default());
+                        for node in snapshot.nodes.iter() {
+                            for other in &node.pods {
+                                count(&mut counts, node, &other.pod, 1);
+                            }
+                        }
+                        counts
+                    },
+                )
+            };
         state.write(
             NAME,
             PreFilterState {
@@ -239,8 +310,7 @@ impl PreFilter for InterPodAffinity {
                 anti_affinity,
                 required_affinity,
                 required_anti_affinity,
-                namespace_labels: namespace_labels
-                    .unwrap_or_else(|| snapshot.listers.namespace_labels(pod.namespace())),
+                namespace_labels,
             },
         );
         (PreFilterResult::default(), Status::success())
@@ -551,5 +621,57 @@ mod tests {
             plugin.filter(&state, &p, &s.nodes[0]).reasons,
             [REASON_ANTI_AFFINITY]
         );
+    }
+
+    #[test]
+    fn counts_carried_between_cycles_equal_counts_made_anew() {
+        use super::super::testing::churn;
+        let plugin = InterPodAffinity::default();
+        let mut spec = required("podAntiAffinity", HOST, &["foo"]);
+        spec["affinity"]["podAffinity"] =
+            required("podAffinity", ZONE, &["bar"])["affinity"]["podAffinity"].clone();
+        let p = pod("m", "default", json!({"app": "foo"}), spec);
+        let mut cycles = 0;
+        churn(
+            600,
+            |r| {
+                let labels = json!({"app": if r % 2 == 0 { "foo" } else { "bar" }});
+                let spec = match r % 5 {
+                    0 => required("podAntiAffinity", HOST, &["foo"]),
+                    1 => {
+                        let mut s = required("podAntiAffinity", ZONE, &["foo", "bar"]);
+                        s["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                            [0]["namespaces"] = json!(["default", "other"]);
+                        s
+                    }
+                    _ => json!({}),
+                };
+                (labels, spec)
+            },
+            |s| {
+                let read = |plugin: &InterPodAffinity| {
+                    let mut state = CycleState::default();
+                    plugin.pre_filter(&mut state, &p, s);
+                    state.read::<PreFilterState>(NAME).expect("state").clone()
+                };
+                let (carried, fresh) = (read(&plugin), read(&InterPodAffinity::default()));
+                assert_eq!(
+                    carried.existing_anti_affinity, fresh.existing_anti_affinity,
+                    "after {cycles}"
+                );
+                assert_eq!(carried.affinity, fresh.affinity, "after {cycles}");
+                assert_eq!(carried.anti_affinity, fresh.anti_affinity, "after {cycles}");
+                cycles += 1;
+            },
+        );
+        for anew in [
+            plugin.existing_counted.counted_anew(),
+            plugin.counted.counted_anew(),
+        ] {
+            assert!(
+                anew > 1 && anew < 120,
+                "counted anew {anew} times of {cycles}"
+            );
+        }
     }
 }

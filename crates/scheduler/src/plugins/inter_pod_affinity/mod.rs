@@ -15,8 +15,10 @@ mod scoring;
 pub(crate) mod testing;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::framework::affinity::AffinityTerm;
+use crate::framework::changes::Memo;
 use crate::framework::{Plugin, Snapshot};
 
 pub const NAME: &str = "InterPodAffinity";
@@ -37,15 +39,31 @@ pub struct InterPodAffinity {
     /// Score by the pod's own preferred terms only
     /// (`ignorePreferredTermsOfExistingPods`).
     pub ignore_preferred_terms_of_existing_pods: bool,
+    /// PreFilter's counts, carried from cycle to cycle: of existing pods'
+    /// anti-affinity terms the pod matches, and of the pods its own
+    /// required terms select.
+    existing_counted: Arc<Memo<filtering::ExistingQuestion, filtering::Counts>>,
+    counted: Arc<Memo<filtering::TermsQuestion, (filtering::Counts, filtering::Counts)>>,
+}
+
+impl InterPodAffinity {
+    pub fn new(
+        hard_pod_affinity_weight: i32,
+        ignore_preferred_terms_of_existing_pods: bool,
+    ) -> Self {
+        InterPodAffinity {
+            hard_pod_affinity_weight,
+            ignore_preferred_terms_of_existing_pods,
+            existing_counted: Arc::default(),
+            counted: Arc::default(),
+        }
+    }
 }
 
 impl Default for InterPodAffinity {
     /// `hardPodAffinityWeight: 1`, existing pods' preferred terms counted.
     fn default() -> Self {
-        InterPodAffinity {
-            hard_pod_affinity_weight: 1,
-            ignore_preferred_terms_of_existing_pods: false,
-        }
+        InterPodAffinity::new(1, false)
     }
 }
 
