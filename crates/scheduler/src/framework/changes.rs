@@ -19,8 +19,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::PodInfo;
 
 /// How many changes the log keeps: a count more changes behind than this
-/// is made anew.
-const KEEP: usize = 16_384;
+/// is made anew. Each holds its pod's info (a few KiB, the pod itself
+/// shared), kept alive until the change leaves the log: at most a few MiB.
+/// A workload's next pod is typically a handful of changes behind.
+const KEEP: usize = 1_024;
 
 /// A fresh node epoch, never handed out before in this process.
 pub fn next_epoch() -> u64 {
