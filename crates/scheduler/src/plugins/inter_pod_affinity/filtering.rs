@@ -244,7 +244,10 @@ impl PreFilter for InterPodAffinity {
             question,
             snapshot,
             |counts, change| {
-                let node = &snapshot.nodes[change.node];
+                // Within a node epoch every logged position is in the list.
+                let Some(node) = snapshot.nodes.get(change.node) else {
+                    return;
+                };
                 counts.update_with_anti_affinity(
                     &change.pod.affinity.required_anti_affinity,
                     &pod.pod,
@@ -284,12 +287,9 @@ impl PreFilter for InterPodAffinity {
                     question,
                     snapshot,
                     |counts, change| {
-                        count(
-                            counts,
-                            &snapshot.nodes[change.node],
-                            &change.pod.pod,
-                            change.delta,
-                        )
+                        if let Some(node) = snapshot.nodes.get(change.node) {
+                            count(counts, node, &change.pod.pod, change.delta);
+                        }
                     },
                     || {
                         let mut counts = (Counts::default(), Counts::default());
