@@ -24,7 +24,13 @@ struct Case {
 }
 
 fn testdata() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/strategic-merge")
+    // The directory `cargo test` runs this from: a test binary built in
+    // another checkout sharing the target directory (whose artifacts cargo
+    // reuses, paths being workspace-relative) has that checkout's path
+    // compiled in.
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+        .join("testdata/strategic-merge")
 }
 
 fn yaml(path: &std::path::Path) -> Value {
