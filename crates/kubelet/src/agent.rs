@@ -468,7 +468,7 @@ pub async fn killall(options: &Options) -> Result<(), Error> {
         }
     }
     let _ = network::delete_nftables(&options.nftables_table).await;
-    let _ = tokio::process::Command::new("ip")
+    let _ = network::system_command("ip")
         .args(["link", "delete", &options.bridge])
         .stderr(std::process::Stdio::null())
         .status()

@@ -178,7 +178,7 @@ async fn spawn(layout: &Layout) -> Result<tokio::process::Child, Error> {
     // A socket left by a containerd that was killed would make it refuse
     // to start.
     let _ = std::fs::remove_file(layout.socket());
-    let mut command = tokio::process::Command::new("containerd");
+    let mut command = crate::network::system_command("containerd");
     command
         .arg("--config")
         .arg(layout.config_path())

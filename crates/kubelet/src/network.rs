@@ -66,10 +66,40 @@ impl Cidr {
     }
 }
 
+/// The system directories the node's tools live in on Debian (`nft`;
+/// `iptables`, which the CNI plugins containerd runs exec in turn).
+const SYSTEM_PATH: [&str; 3] = ["/usr/local/sbin", "/usr/sbin", "/sbin"];
+
+/// `path` with the system directories it lacks appended: a shell that is
+/// not a login shell (`env -i`, cron, some service managers) leaves
+/// `/usr/sbin` out, and the agent's nftables rules and every pod's network
+/// then failed with "No such file or directory".
+fn with_system_path(path: Option<std::ffi::OsString>) -> std::ffi::OsString {
+    let mut dirs: Vec<std::path::PathBuf> = path
+        .as_deref()
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_default();
+    for dir in SYSTEM_PATH {
+        if !dirs.iter().any(|d| d.as_os_str() == dir) {
+            dirs.push(dir.into());
+        }
+    }
+    std::env::join_paths(dirs).unwrap_or_else(|_| path.unwrap_or_default())
+}
+
+/// A command for one of the node's system tools (or containerd, whose
+/// children inherit the same `PATH`), found and run with the system
+/// directories on its `PATH`.
+pub fn system_command(program: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
+    command.env("PATH", with_system_path(std::env::var_os("PATH")));
+    command
+}
+
 async fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<(), Error> {
     use tokio::io::AsyncWriteExt;
     let command = format!("{program} {}", args.join(" "));
-    let mut child = tokio::process::Command::new(program)
+    let mut child = system_command(program)
         .args(args)
         .stdin(if stdin.is_some() {
             std::process::Stdio::piped()
@@ -255,7 +285,7 @@ pub fn enable_forwarding() -> std::io::Result<()> {
 /// The MTU of the interface the default route leaves by (1500 when there
 /// is none).
 pub async fn default_mtu() -> u32 {
-    let output = tokio::process::Command::new("ip")
+    let output = system_command("ip")
         .args(["-o", "route", "show", "default"])
         .output()
         .await;
@@ -278,7 +308,7 @@ pub async fn default_mtu() -> u32 {
 /// The node's IPv4 address: the source address of its default route, or
 /// loopback on a machine with none.
 pub async fn node_ip() -> Ipv4Addr {
-    let output = tokio::process::Command::new("ip")
+    let output = system_command("ip")
         .args(["-o", "-4", "route", "get", "1.1.1.1"])
         .output()
         .await;
@@ -299,6 +329,17 @@ pub async fn node_ip() -> Ipv4Addr {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn system_directories_are_appended_once() {
+        let path = with_system_path(Some("/root/.cargo/bin:/usr/bin:/sbin".into()));
+        assert_eq!(
+            path,
+            "/root/.cargo/bin:/usr/bin:/sbin:/usr/local/sbin:/usr/sbin"
+        );
+        assert_eq!(with_system_path(None), "/usr/local/sbin:/usr/sbin:/sbin");
+    }
+
     use super::*;
 
     #[test]
