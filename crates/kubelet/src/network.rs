@@ -66,14 +66,14 @@ impl Cidr {
     }
 }
 
-/// The system directories the node's tools live in on Debian (`nft`;
-/// `iptables`, which the CNI plugins containerd runs exec in turn).
+/// The system directories the node's tools live in on Debian (`nft`, and
+/// `runc`, which containerd runs).
 const SYSTEM_PATH: [&str; 3] = ["/usr/local/sbin", "/usr/sbin", "/sbin"];
 
 /// `path` with the system directories it lacks appended: a shell that is
 /// not a login shell (`env -i`, cron, some service managers) leaves
-/// `/usr/sbin` out, and the agent's nftables rules and every pod's network
-/// then failed with "No such file or directory".
+/// `/usr/sbin` out, and the agent's nftables rules then failed with "No
+/// such file or directory" and containerd could start no pod.
 fn with_system_path(path: Option<std::ffi::OsString>) -> std::ffi::OsString {
     let mut dirs: Vec<std::path::PathBuf> = path
         .as_deref()
