@@ -251,11 +251,9 @@ impl Cache {
     }
 
     /// Logs `pod` counted in or out of `node`, if present (what cycles
-    /// see).
+    /// see: the positions hold present nodes only).
     fn log(&self, node: &str, pod: Arc<PodInfo>, delta: i64) {
-        if let Some(&at) = self.index.get(node)
-            && self.nodes.get(node).is_some_and(|e| e.present)
-        {
+        if let Some(&at) = self.index.get(node) {
             self.log.push(PodChange {
                 node: at,
                 pod,
