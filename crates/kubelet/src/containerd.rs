@@ -178,6 +178,7 @@ async fn spawn(layout: &Layout) -> Result<tokio::process::Child, Error> {
     // A socket left by a containerd that was killed would make it refuse
     // to start.
     let _ = std::fs::remove_file(layout.socket());
+    // Its shims and runc (in /usr/sbin) are found on the system PATH.
     let mut command = crate::network::system_command("containerd");
     command
         .arg("--config")
@@ -190,11 +191,6 @@ async fn spawn(layout: &Layout) -> Result<tokio::process::Child, Error> {
         // the agent does not reach them.
         .process_group(0)
         .kill_on_drop(false);
-    // containerd finds its shim and runc on PATH; runc is in /usr/sbin.
-    let path = std::env::var("PATH").unwrap_or_default();
-    if !path.split(':').any(|p| p == "/usr/sbin") {
-        command.env("PATH", format!("{path}:/usr/local/sbin:/usr/sbin:/sbin"));
-    }
     let child = command
         .spawn()
         .map_err(io("start containerd with", &layout.config_path()))?;
@@ -233,6 +229,16 @@ async fn wait_ready(
     }
 }
 
+/// Whether `mountinfo` (as `/proc/self/mountinfo` reads) has a cgroup v1
+/// or v2 file system mounted, without which runc starts no container.
+fn has_cgroups(mountinfo: &str) -> bool {
+    mountinfo.lines().any(|line| {
+        line.split_once(" - ")
+            .and_then(|(_, fields)| fields.split_whitespace().next())
+            .is_some_and(|fs| fs == "cgroup" || fs == "cgroup2")
+    })
+}
+
 /// Stops containerd: SIGTERM, then SIGKILL after 10 s. The containers go
 /// on running under their shims, as they do when k3s stops.
 async fn terminate(child: &mut tokio::process::Child) {
@@ -256,6 +262,13 @@ impl Containerd {
     /// then keeps it running (restarted a second after it dies) until
     /// [`stop`](Self::stop).
     pub async fn start(layout: Layout, runtime: Arc<dyn Runtime>) -> Result<Self, Error> {
+        if let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo")
+            && !has_cgroups(&mountinfo)
+        {
+            tracing::warn!(
+                "no cgroup file system is mounted (/sys/fs/cgroup): runc will refuse to start containers"
+            );
+        }
         for dir in [&layout.dir, &layout.cni_conf_dir] {
             std::fs::create_dir_all(dir).map_err(io("create", dir))?;
         }
@@ -350,5 +363,19 @@ mod tests {
         ] {
             assert!(config.contains(line), "{line} missing from\n{config}");
         }
+    }
+
+    #[test]
+    fn cgroups_are_found_in_mountinfo_by_file_system_type() {
+        let v2 = "22 27 0:21 / /proc rw,relatime - proc proc rw\n\
+                  30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        let v1 = "31 30 0:27 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
+        // A mount point named like a cgroup is not one.
+        let neither = "22 27 0:21 / /proc rw,relatime - proc proc rw\n\
+                       40 27 0:30 / /sys/fs/cgroup rw,nosuid - tmpfs cgroup rw\n";
+        assert!(has_cgroups(v2));
+        assert!(has_cgroups(v1));
+        assert!(!has_cgroups(neither));
+        assert!(!has_cgroups(""));
     }
 }

@@ -724,6 +724,9 @@ async fn sync(
         match shared.runtime.run_pod_sandbox(sandbox.clone()).await {
             Ok(id) => sandbox_id = Some(id),
             Err(e) => {
+                // In the agent's log too, as upstream's kubelet logs it: the
+                // event alone is invisible to whoever reads only the log.
+                tracing::warn!(pod = %pod.name_any(), error = %e, "could not create the pod sandbox");
                 let message = format!("Failed to create pod sandbox: {e}");
                 shared.recorder.event(
                     &reference_to(pod),
