@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::Options;
+use crate::api::cpu_seconds;
 use crate::report::{Metric, Report};
 
 /// Requests in flight at once, for creates and bindings.
@@ -309,6 +310,30 @@ struct Measured {
     pods_per_s: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// CPU time of the whole process (API server, scheduler, clients)
+    /// per measured pod, and the cores it kept busy on average.
+    cpu: Cpu,
+}
+
+/// CPU time of this process over a timed stretch.
+#[derive(Clone, Copy)]
+struct Cpu {
+    ms_per_pod: f64,
+    cores_busy: f64,
+}
+
+impl Cpu {
+    fn since(began: (Instant, f64), pods: usize) -> Cpu {
+        let seconds = cpu_seconds(std::process::id()) - began.1;
+        Cpu {
+            ms_per_pod: seconds * 1000.0 / pods as f64,
+            cores_busy: seconds / began.0.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+fn cpu_now() -> (Instant, f64) {
+    (Instant::now(), cpu_seconds(std::process::id()))
 }
 
 async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> {
@@ -361,10 +386,12 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
                 .to_string()
         })
         .collect();
-    let began = Instant::now();
+    let cpu_began = cpu_now();
+    let began = cpu_began.0;
     let created = create_all(&api, measured).await?;
     let creates_took = began.elapsed();
     wait_bound(&bound, w.measure_pods, "the measured pods").await?;
+    let cpu = Cpu::since(cpu_began, w.measure_pods);
     watch.abort();
     stop.cancel();
     let _ = running.await;
@@ -389,9 +416,10 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
         pods_per_s: w.measure_pods as f64 / elapsed,
         p50_ms: percentile(&latencies, 0.5),
         p99_ms: percentile(&latencies, 0.99),
+        cpu,
     };
     eprintln!(
-        "{}: {} nodes, {} + {} pods: {:.0} pods/s, p50 {:.1} ms, p99 {:.1} ms (creates took {:.2} s)",
+        "{}: {} nodes, {} + {} pods: {:.0} pods/s, p50 {:.1} ms, p99 {:.1} ms (creates took {:.2} s; {:.3} ms CPU a pod, {:.2} cores busy)",
         w.name,
         w.nodes,
         w.init_pods,
@@ -399,7 +427,9 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
         result.pods_per_s,
         result.p50_ms,
         result.p99_ms,
-        creates_took.as_secs_f64()
+        creates_took.as_secs_f64(),
+        cpu.ms_per_pod,
+        cpu.cores_busy
     );
     Ok((result, plane))
 }
@@ -463,16 +493,25 @@ fn cycle_rate(w: &Workload) -> anyhow::Result<f64> {
 /// The floors: the same number of pods, for no scheduler, created by 64
 /// concurrent clients (every measured pod must be, so no workload can beat
 /// that rate), then bound round-robin by 64 concurrent binding POSTs.
-/// Returns both rates, creates first.
-async fn floors(plane: &ControlPlane, count: usize, nodes: usize) -> anyhow::Result<(f64, f64)> {
+/// Returns both rates and the CPU time each took, creates first.
+async fn floors(
+    plane: &ControlPlane,
+    count: usize,
+    nodes: usize,
+) -> anyhow::Result<[(f64, Cpu); 2]> {
     let admin = plane.admin();
     namespace(&admin, "floor").await?;
     let api: Api<Pod> = Api::namespaced(admin.clone(), "floor");
-    let began = Instant::now();
+    let cpu_began = cpu_now();
     create_all(&api, pods("floor", count, default_pod, Some("none"))).await?;
-    let creates = count as f64 / began.elapsed().as_secs_f64();
-    eprintln!("create floor: {creates:.0} pods/s");
-    let began = Instant::now();
+    let creates = count as f64 / cpu_began.0.elapsed().as_secs_f64();
+    let create_cpu = Cpu::since(cpu_began, count);
+    eprintln!(
+        "create floor: {creates:.0} pods/s ({:.3} ms CPU a pod, {:.2} cores busy)",
+        create_cpu.ms_per_pod, create_cpu.cores_busy
+    );
+    let cpu_began = cpu_now();
+    let began = cpu_began.0;
     let results: Vec<kube::Result<Value>> = futures::stream::iter((0..count).map(|i| {
         let api = api.clone();
         async move {
@@ -490,8 +529,12 @@ async fn floors(plane: &ControlPlane, count: usize, nodes: usize) -> anyhow::Res
         r.context("a binding")?;
     }
     let rate = count as f64 / began.elapsed().as_secs_f64();
-    eprintln!("bind floor: {rate:.0} pods/s");
-    Ok((creates, rate))
+    let bind_cpu = Cpu::since(cpu_began, count);
+    eprintln!(
+        "bind floor: {rate:.0} pods/s ({:.3} ms CPU a pod, {:.2} cores busy)",
+        bind_cpu.ms_per_pod, bind_cpu.cores_busy
+    );
+    Ok([(creates, create_cpu), (rate, bind_cpu)])
 }
 
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
@@ -527,6 +570,16 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         metrics.push(rate);
         metrics.push(Metric::new(&format!("{}_p50_ms", w.name), "ms", m.p50_ms));
         metrics.push(Metric::new(&format!("{}_p99_ms", w.name), "ms", m.p99_ms));
+        metrics.push(Metric::new(
+            &format!("{}_cpu_ms_per_pod", w.name),
+            "ms",
+            m.cpu.ms_per_pod,
+        ));
+        metrics.push(Metric::new(
+            &format!("{}_cores_busy", w.name),
+            "cores",
+            m.cpu.cores_busy,
+        ));
         if let Some(cycles) = cycles {
             metrics.push(Metric::new(
                 &format!("{}_cycles_alone_pods_per_s", w.name),
@@ -535,9 +588,29 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             ));
         }
     }
-    if let Some((creates, binds)) = floor {
+    if let Some([(creates, create_cpu), (binds, bind_cpu)]) = floor {
         metrics.push(Metric::new("bind_floor_pods_per_s", "pods/s", binds));
+        metrics.push(Metric::new(
+            "bind_floor_cpu_ms_per_pod",
+            "ms",
+            bind_cpu.ms_per_pod,
+        ));
+        metrics.push(Metric::new(
+            "bind_floor_cores_busy",
+            "cores",
+            bind_cpu.cores_busy,
+        ));
         metrics.push(Metric::new("create_floor_pods_per_s", "pods/s", creates));
+        metrics.push(Metric::new(
+            "create_floor_cpu_ms_per_pod",
+            "ms",
+            create_cpu.ms_per_pod,
+        ));
+        metrics.push(Metric::new(
+            "create_floor_cores_busy",
+            "cores",
+            create_cpu.cores_busy,
+        ));
     }
     Ok(Report {
         scenario: "scheduler".into(),
@@ -548,6 +621,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             "upstream's workloads at their CI sizes and with their pod templates (`test/integration/scheduler_perf`): `scheduling_basic` SchedulingBasic 5000Nodes_10000Pods (1,000 initial pods, 10,000 measured, 100m cpu, 500Mi); `node_affinity` SchedulingNodeAffinity 5000Nodes_10000Pods (every node in zone1; 5,000 initial, 10,000 measured requiring zone1 or zone2); `pod_anti_affinity` SchedulingPodAntiAffinity 5000Nodes_2000Pods (1,000 initial, 2,000 measured, all `color: green`, at most one per node); `topology_spreading` TopologySpreading 5000Nodes (3 zones, 5,000 plain initial pods, 2,000 measured spread over zones with maxSkew 5); `preemption_basic` PreemptionBasic 500Nodes (2,000 initial pods of 900m fill every node, 500 measured of 3000m at priority 10 each preempt three)".into(),
             "`cycles_alone_pods_per_s`: the same nodes and pods in the scheduler's cache, each measured pod through a whole cycle and assumed, one after another with no API server — what the scheduling loop costs by itself (not for preemption, whose cycles end in deletions through the API)".into(),
             "`pods_per_s`: measured pods over the time from the first measured create to the last binding seen by a watch, the creates (64 concurrent) overlapping the scheduling; `p50_ms`/`p99_ms`: per pod, create returned → bound seen; `bind_floor_pods_per_s`: as many pods bound by 64 concurrent `pods/binding` POSTs, no scheduler, in the same process; `create_floor_pods_per_s`: those pods created beforehand by 64 concurrent clients, no scheduler — every measured pod is created, so no workload can pass this rate".into(),
+            "`cpu_ms_per_pod`: CPU time (user + system) of the whole process — API server, scheduler, clients, the watch timing them — over the measured stretch, per pod; `cores_busy`: that CPU time over the stretch's wall time (2 cores: 2.0 is saturation)".into(),
         ],
     })
 }
