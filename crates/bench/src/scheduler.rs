@@ -322,18 +322,49 @@ struct Cpu {
     cores_busy: f64,
 }
 
-impl Cpu {
-    fn since(began: (Instant, f64), pods: usize) -> Cpu {
-        let seconds = cpu_seconds(std::process::id()) - began.1;
-        Cpu {
-            ms_per_pod: seconds * 1000.0 / pods as f64,
-            cores_busy: seconds / began.0.elapsed().as_secs_f64(),
+/// Where a timed stretch began: the wall clock and the process's CPU time.
+#[derive(Clone, Copy)]
+struct Mark {
+    at: Instant,
+    cpu_seconds: f64,
+}
+
+impl Mark {
+    fn now() -> Mark {
+        Mark {
+            at: Instant::now(),
+            cpu_seconds: cpu_seconds(std::process::id()),
         }
     }
 }
 
-fn cpu_now() -> (Instant, f64) {
-    (Instant::now(), cpu_seconds(std::process::id()))
+impl Cpu {
+    /// The CPU time used since `began`, spread over `pods`.
+    fn since(began: Mark, pods: usize) -> Cpu {
+        let seconds = cpu_seconds(std::process::id()) - began.cpu_seconds;
+        Cpu {
+            ms_per_pod: seconds * 1000.0 / pods as f64,
+            cores_busy: seconds / began.at.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// `<prefix>_cpu_ms_per_pod` and `<prefix>_cores_busy`.
+    fn metrics(&self, prefix: &str) -> [Metric; 2] {
+        [
+            Metric::new(&format!("{prefix}_cpu_ms_per_pod"), "ms", self.ms_per_pod),
+            Metric::new(&format!("{prefix}_cores_busy"), "cores", self.cores_busy),
+        ]
+    }
+}
+
+impl std::fmt::Display for Cpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.3} ms CPU a pod, {:.2} cores busy",
+            self.ms_per_pod, self.cores_busy
+        )
+    }
 }
 
 async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> {
@@ -386,12 +417,12 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
                 .to_string()
         })
         .collect();
-    let cpu_began = cpu_now();
-    let began = cpu_began.0;
+    let mark = Mark::now();
+    let began = mark.at;
     let created = create_all(&api, measured).await?;
     let creates_took = began.elapsed();
     wait_bound(&bound, w.measure_pods, "the measured pods").await?;
-    let cpu = Cpu::since(cpu_began, w.measure_pods);
+    let cpu = Cpu::since(mark, w.measure_pods);
     watch.abort();
     stop.cancel();
     let _ = running.await;
@@ -419,7 +450,7 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
         cpu,
     };
     eprintln!(
-        "{}: {} nodes, {} + {} pods: {:.0} pods/s, p50 {:.1} ms, p99 {:.1} ms (creates took {:.2} s; {:.3} ms CPU a pod, {:.2} cores busy)",
+        "{}: {} nodes, {} + {} pods: {:.0} pods/s, p50 {:.1} ms, p99 {:.1} ms (creates took {:.2} s; {})",
         w.name,
         w.nodes,
         w.init_pods,
@@ -428,8 +459,7 @@ async fn run_workload(w: &Workload) -> anyhow::Result<(Measured, ControlPlane)> 
         result.p50_ms,
         result.p99_ms,
         creates_took.as_secs_f64(),
-        cpu.ms_per_pod,
-        cpu.cores_busy
+        cpu
     );
     Ok((result, plane))
 }
@@ -502,16 +532,12 @@ async fn floors(
     let admin = plane.admin();
     namespace(&admin, "floor").await?;
     let api: Api<Pod> = Api::namespaced(admin.clone(), "floor");
-    let cpu_began = cpu_now();
+    let mark = Mark::now();
     create_all(&api, pods("floor", count, default_pod, Some("none"))).await?;
-    let creates = count as f64 / cpu_began.0.elapsed().as_secs_f64();
-    let create_cpu = Cpu::since(cpu_began, count);
-    eprintln!(
-        "create floor: {creates:.0} pods/s ({:.3} ms CPU a pod, {:.2} cores busy)",
-        create_cpu.ms_per_pod, create_cpu.cores_busy
-    );
-    let cpu_began = cpu_now();
-    let began = cpu_began.0;
+    let creates = count as f64 / mark.at.elapsed().as_secs_f64();
+    let create_cpu = Cpu::since(mark, count);
+    eprintln!("create floor: {creates:.0} pods/s ({create_cpu})");
+    let mark = Mark::now();
     let results: Vec<kube::Result<Value>> = futures::stream::iter((0..count).map(|i| {
         let api = api.clone();
         async move {
@@ -528,12 +554,9 @@ async fn floors(
     for r in results {
         r.context("a binding")?;
     }
-    let rate = count as f64 / began.elapsed().as_secs_f64();
-    let bind_cpu = Cpu::since(cpu_began, count);
-    eprintln!(
-        "bind floor: {rate:.0} pods/s ({:.3} ms CPU a pod, {:.2} cores busy)",
-        bind_cpu.ms_per_pod, bind_cpu.cores_busy
-    );
+    let rate = count as f64 / mark.at.elapsed().as_secs_f64();
+    let bind_cpu = Cpu::since(mark, count);
+    eprintln!("bind floor: {rate:.0} pods/s ({bind_cpu})");
     Ok([(creates, create_cpu), (rate, bind_cpu)])
 }
 
@@ -570,16 +593,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         metrics.push(rate);
         metrics.push(Metric::new(&format!("{}_p50_ms", w.name), "ms", m.p50_ms));
         metrics.push(Metric::new(&format!("{}_p99_ms", w.name), "ms", m.p99_ms));
-        metrics.push(Metric::new(
-            &format!("{}_cpu_ms_per_pod", w.name),
-            "ms",
-            m.cpu.ms_per_pod,
-        ));
-        metrics.push(Metric::new(
-            &format!("{}_cores_busy", w.name),
-            "cores",
-            m.cpu.cores_busy,
-        ));
+        metrics.extend(m.cpu.metrics(w.name));
         if let Some(cycles) = cycles {
             metrics.push(Metric::new(
                 &format!("{}_cycles_alone_pods_per_s", w.name),
@@ -590,27 +604,9 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     }
     if let Some([(creates, create_cpu), (binds, bind_cpu)]) = floor {
         metrics.push(Metric::new("bind_floor_pods_per_s", "pods/s", binds));
-        metrics.push(Metric::new(
-            "bind_floor_cpu_ms_per_pod",
-            "ms",
-            bind_cpu.ms_per_pod,
-        ));
-        metrics.push(Metric::new(
-            "bind_floor_cores_busy",
-            "cores",
-            bind_cpu.cores_busy,
-        ));
+        metrics.extend(bind_cpu.metrics("bind_floor"));
         metrics.push(Metric::new("create_floor_pods_per_s", "pods/s", creates));
-        metrics.push(Metric::new(
-            "create_floor_cpu_ms_per_pod",
-            "ms",
-            create_cpu.ms_per_pod,
-        ));
-        metrics.push(Metric::new(
-            "create_floor_cores_busy",
-            "cores",
-            create_cpu.cores_busy,
-        ));
+        metrics.extend(create_cpu.metrics("create_floor"));
     }
     Ok(Report {
         scenario: "scheduler".into(),
