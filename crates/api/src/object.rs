@@ -449,6 +449,14 @@ pub fn prepare_update(
             *new = kept;
         }
     }
+    // "Changed?" is decided on the defaulted object, as upstream decodes and
+    // defaults a request before its strategy compares specs: a field the
+    // request leaves for defaulting (a `fieldRef` without `apiVersion`,
+    // replaced whole as an atomic struct) is no change.
+    omit_empty_metadata(new);
+    crate::quantity::canonicalize(def, new)?;
+    crate::defaults::apply(def, new);
+    go_shape(def, new);
     // A Deployment counts annotation changes too: they are copied to its
     // ReplicaSets (upstream's deployment strategy).
     let annotations_count = part == Part::Main && def.group == "apps" && def.kind == "Deployment";
@@ -463,10 +471,6 @@ pub fn prepare_update(
             .unwrap_or(0);
         new["metadata"]["generation"] = json!(generation + 1);
     }
-    omit_empty_metadata(new);
-    crate::quantity::canonicalize(def, new)?;
-    crate::defaults::apply(def, new);
-    go_shape(def, new);
     let via = match part {
         Part::Main | Part::Finalize => Some(Via::Main),
         Part::Binding => Some(Via::Binding),
