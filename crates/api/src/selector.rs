@@ -387,21 +387,52 @@ fn unescape(value: &str) -> String {
     out
 }
 
-/// The string value of a selectable field of an object ("" when absent).
+/// The value of a selectable field of an object as upstream's field sets
+/// (each kind's `ToSelectableFields`) write it: a bool or a number the
+/// object leaves unset is its Go zero (`strconv.FormatBool(false)`,
+/// `strconv.Itoa(0)`), a string is "", and an Event's `source` is its
+/// `source.component`, else its `reportingComponent`.
 pub fn field_value(object: &Value, field: &str) -> String {
+    stored_paths(field)
+        .filter_map(|path| value_at(object, path))
+        .find(|v| !v.is_empty())
+        .unwrap_or_else(|| unset_value(field).to_string())
+}
+
+fn value_at(object: &Value, path: &str) -> Option<String> {
     let mut at = object;
-    for part in field.split('.') {
-        match at.get(part) {
-            Some(next) => at = next,
-            None => return String::new(),
-        }
+    for part in path.split('.') {
+        at = at.get(part)?;
     }
     match at {
-        Value::String(s) => s.clone(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::Null => String::new(),
-        other => other.to_string(),
+        Value::String(s) => Some(s.clone()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// Where a selectable field's value is read from, in order: its name's
+/// path, except where upstream's field set names a field otherwise (a
+/// Job's `status.successful` is `status.succeeded`; an Event's `source`
+/// is `source.component`, falling back to `reportingComponent`).
+pub fn stored_paths(field: &str) -> impl Iterator<Item = &str> {
+    let renamed: Option<&'static [&'static str]> = match field {
+        "status.successful" => Some(&["status.succeeded"]),
+        "source" => Some(&["source.component", "reportingComponent"]),
+        _ => None,
+    };
+    let own = renamed.is_none().then_some(field);
+    renamed.into_iter().flatten().copied().chain(own)
+}
+
+/// What upstream's field set holds for a field the object leaves unset.
+fn unset_value(field: &str) -> &'static str {
+    match field {
+        "spec.unschedulable" | "spec.hostNetwork" => "false",
+        "status.replicas" | "status.successful" => "0",
+        _ => "",
     }
 }
 
@@ -492,6 +523,38 @@ mod tests {
         let err =
             FieldSelector::parse_for("spec.nodeName=n1", &config_maps).expect_err("unsupported");
         assert_eq!(err.message, "field label not supported: spec.nodeName");
+        // Unset bools and numbers select as their Go zero, as upstream's
+        // field sets write them.
+        let unset = json!({"metadata": {"name": "n"}, "spec": {}});
+        for (group, kind_name, text) in [
+            ("", "Node", "spec.unschedulable=false"),
+            ("", "Node", "spec.unschedulable==false"),
+            ("", "Pod", "spec.hostNetwork=false"),
+            ("apps", "ReplicaSet", "status.replicas=0"),
+            ("batch", "Job", "status.successful=0"),
+        ] {
+            let s = FieldSelector::parse_for(text, &kind(group, kind_name)).expect("valid");
+            assert!(s.matches(&unset), "{kind_name}: {text}");
+        }
+        let node = kind("", "Node");
+        let cordoned = json!({"spec": {"unschedulable": true}});
+        assert!(
+            !FieldSelector::parse_for("spec.unschedulable=false", &node)
+                .expect("valid")
+                .matches(&cordoned)
+        );
+        let job = json!({"status": {"succeeded": 3}});
+        assert!(
+            FieldSelector::parse_for("status.successful=3", &kind("batch", "Job"))
+                .expect("valid")
+                .matches(&job)
+        );
+        let source = FieldSelector::parse_for("source=kubelet", &events).expect("valid");
+        assert!(source.matches(&json!({"source": {"component": "kubelet"}})));
+        assert!(source.matches(&json!({"reportingComponent": "kubelet"})));
+        assert!(!source.matches(
+            &json!({"source": {"component": "scheduler"}, "reportingComponent": "kubelet"})
+        ));
         let event = json!({"involvedObject": {"name": "a,b", "kind": "Pod"}});
         let s =
             FieldSelector::parse_for("involvedObject.name=a\\,b,involvedObject.kind=Pod", &events)

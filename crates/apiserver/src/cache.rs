@@ -46,8 +46,12 @@ impl Cached {
         let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
         let mut selectable = serde_json::json!({});
         for path in ["metadata.name", "metadata.namespace", "metadata.labels"]
-            .iter()
-            .chain(fields)
+            .into_iter()
+            .chain(
+                fields
+                    .iter()
+                    .flat_map(|f| rudder_api::selector::stored_paths(f)),
+            )
         {
             if let Some(found) = value.pointer(&format!("/{}", path.replace('.', "/"))) {
                 let parts: Vec<&str> = path.split('.').collect();
@@ -146,8 +150,12 @@ impl Paths {
     fn of(fields: &'static [&'static str]) -> Paths {
         let mut tree = PathTree::default();
         for path in ["metadata.name", "metadata.namespace", "metadata.labels"]
-            .iter()
-            .chain(fields)
+            .into_iter()
+            .chain(
+                fields
+                    .iter()
+                    .flat_map(|f| rudder_api::selector::stored_paths(f)),
+            )
         {
             let mut node = &mut tree;
             for key in path.split('.') {
