@@ -24,7 +24,7 @@ spec:
 fn every_installed_kubectl_works() {
     each_version(
         |tag| format!("v{tag}"),
-        |k, _tag, f| {
+        |k, tag, f| {
             let ns = k.namespace.clone();
             k.expect(
                 f,
@@ -120,17 +120,60 @@ fn every_installed_kubectl_works() {
                 None,
                 "Warning: v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice",
             );
-            let (ok, out) = k.run(&["get", "componentstatuses"], None);
-            let healthy = out
-                .lines()
-                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["storage", "Healthy", "ok"]);
-            if !ok
-                || !healthy
-                || !out.contains("NAME")
-                || !out.contains("v1 ComponentStatus is deprecated in v1.19+")
-            {
-                f.push(format!("componentstatuses: ({ok}) {out}"));
+            // Upstream lists the scheduler and the controller manager
+            // beside the store; here they are healthy once they hold their
+            // Leases, which they take at start.
+            k.eventually(
+                f,
+                "componentstatuses lists the scheduler, controller manager and store, healthy",
+                &["get", "componentstatuses"],
+                |out| {
+                    ["scheduler", "controller-manager", "storage"]
+                        .iter()
+                        .all(|name| {
+                            out.lines().any(|l| {
+                                l.split_whitespace().collect::<Vec<_>>() == [name, "Healthy", "ok"]
+                            })
+                        })
+                        && out.contains("NAME")
+                        && out.contains("v1 ComponentStatus is deprecated in v1.19+")
+                },
+            );
+            let node = format!("selectable-{tag}");
+            let manifest = format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n");
+            k.expect(
+                f,
+                "a node",
+                &["create", "-f", "-"],
+                Some(&manifest),
+                "created",
+            );
+            for selector in ["spec.unschedulable==false", "spec.unschedulable=false"] {
+                k.expect(
+                    f,
+                    "a node whose spec.unschedulable is unset selects as false",
+                    &["get", "nodes", "--field-selector", selector, "-o", "name"],
+                    None,
+                    &format!("node/{node}"),
+                );
             }
+            let (ok, out) = k.run(
+                &[
+                    "get",
+                    "nodes",
+                    "--field-selector",
+                    "spec.unschedulable=true",
+                    "-o",
+                    "name",
+                ],
+                None,
+            );
+            if !ok || out.contains(&node) {
+                f.push(format!(
+                    "spec.unschedulable=true selected an unset node: ({ok}) {out}"
+                ));
+            }
+            k.run(&["delete", "node", &node], None);
             // kubectl's typed creates: Kubernetes protobuf bodies on 1.32+,
             // whose Go zero values are no values, and inline structs.
             for (args, wanted) in [
