@@ -873,3 +873,67 @@ async fn a_namespaced_watch_sees_only_its_namespace() {
         }
     }
 }
+
+/// A watch list (kubectl and client-go from 1.34 on list this way): every
+/// object as ADDED, then the bookmark annotated
+/// `k8s.io/initial-events-end` at the state's resourceVersion, then
+/// changes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_list_sends_the_state_then_its_end_then_changes() {
+    let server = support::start(Backend::Embedded).await;
+    let api: Api<ConfigMap> = Api::namespaced(server.client.clone(), "default");
+    for name in ["one", "two"] {
+        api.create(&PostParams::default(), &configmap(name, &[]))
+            .await
+            .expect("create");
+    }
+    let mut stream = api
+        .watch(&WatchParams::streaming_lists(), "")
+        .await
+        .expect("watch list")
+        .boxed();
+    let mut added = Vec::new();
+    let end = loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), stream.try_next())
+            .await
+            .expect("an event within 10 s")
+            .expect("the stream")
+            .expect("an event");
+        match event {
+            WatchEvent::Added(cm) => added.push(cm.metadata.name.expect("name")),
+            WatchEvent::Bookmark(bookmark) => break bookmark,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    added.sort();
+    assert_eq!(added, ["one", "two"]);
+    assert_eq!(
+        end.metadata
+            .annotations
+            .get("k8s.io/initial-events-end")
+            .map(String::as_str),
+        Some("true")
+    );
+    let state = current_rv(&api).await;
+    assert!(
+        end.metadata.resource_version.parse::<u64>().expect("rv")
+            <= state.parse::<u64>().expect("rv")
+    );
+    api.create(&PostParams::default(), &configmap("three", &[]))
+        .await
+        .expect("create");
+    let next = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            match stream.try_next().await.expect("stream").expect("event") {
+                WatchEvent::Bookmark(_) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the change within 10 s");
+    match next {
+        WatchEvent::Added(cm) => assert_eq!(cm.metadata.name.as_deref(), Some("three")),
+        other => panic!("expected three ADDED, got {other:?}"),
+    }
+}

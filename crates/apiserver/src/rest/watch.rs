@@ -87,6 +87,19 @@ impl Render {
         }
     }
 
+    /// The bookmark that ends a watch list's initial events (upstream's
+    /// `k8s.io/initial-events-end` annotation).
+    fn initial_events_end(&self, revision: u64) -> Bytes {
+        let bookmark = json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": {
+            "resourceVersion": revision.to_string(),
+            "annotations": {INITIAL_EVENTS_END: "true"},
+        }});
+        let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": bookmark}))
+            .unwrap_or_default();
+        line.push(b'\n');
+        Bytes::from(line)
+    }
+
     fn bookmark(&self, revision: u64) -> Bytes {
         let bookmark = json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": {"resourceVersion": revision.to_string()}});
         let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": bookmark}))
@@ -164,6 +177,95 @@ fn translate(
     }))
 }
 
+/// The annotation of the bookmark that ends a watch list's initial events.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// How a watch starts, from its `resourceVersion`, `sendInitialEvents`
+/// and `resourceVersionMatch` (upstream's watch list, KEP-3157: clients
+/// from 1.34 on list by watching this way).
+#[derive(Debug, PartialEq, Eq)]
+struct Start {
+    /// Follow changes after this revision; `None`: from the current state.
+    after: Option<u64>,
+    /// Send an ADDED event per object of the current state first.
+    initial_events: bool,
+    /// End the initial events with the `k8s.io/initial-events-end`
+    /// bookmark (a watch list).
+    initial_events_end: bool,
+    /// The state sent must be at least this new (`NotOlderThan`).
+    not_older_than: u64,
+}
+
+fn forbidden_list_option(field: &str, message: &str) -> Status {
+    let mut status = Status::new(
+        422,
+        "Invalid",
+        format!("ListOptions.meta.k8s.io \"\" is invalid: {field}: Forbidden: {message}"),
+    );
+    status.causes = vec![rudder_api::status::Cause::forbidden(field, message)];
+    status
+}
+
+impl Start {
+    fn parse(params: &super::Params) -> Result<Start, Status> {
+        let rv = match params.get("resourceVersion") {
+            None | Some("") | Some("0") => None,
+            Some(rv) => Some(
+                rv.parse::<u64>()
+                    .map_err(|_| Status::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+            ),
+        };
+        let send = match params.get("sendInitialEvents") {
+            None => None,
+            Some("true" | "True" | "1") => Some(true),
+            Some("false" | "False" | "0") => Some(false),
+            Some(other) => {
+                return Err(Status::bad_request(format!(
+                    "invalid value for sendInitialEvents: {other:?}"
+                )));
+            }
+        };
+        let Some(send) = send else {
+            // Without sendInitialEvents: the state first only when no
+            // resourceVersion is given (or `0`), as upstream always did.
+            return Ok(Start {
+                after: rv,
+                initial_events: rv.is_none(),
+                initial_events_end: false,
+                not_older_than: 0,
+            });
+        };
+        if params.get("resourceVersionMatch") != Some("NotOlderThan") {
+            return Err(forbidden_list_option(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !params.flag("allowWatchBookmarks") {
+            return Err(forbidden_list_option(
+                "allowWatchBookmarks",
+                "sendInitialEvents requires setting allowWatchBookmarks to true",
+            ));
+        }
+        Ok(match send {
+            // The state at least as new as the resourceVersion, then its end.
+            true => Start {
+                after: None,
+                initial_events: true,
+                initial_events_end: true,
+                not_older_than: rv.unwrap_or(0),
+            },
+            // Changes only, from the resourceVersion or from now.
+            false => Start {
+                after: rv,
+                initial_events: false,
+                initial_events_end: false,
+                not_older_than: rv.unwrap_or(0),
+            },
+        })
+    }
+}
+
 pub async fn watch(ctx: Context) -> ApiResult {
     let output = negotiate::output(&ctx.headers)?;
     let selectors = ctx.selectors()?;
@@ -173,13 +275,8 @@ pub async fn watch(ctx: Context) -> ApiResult {
         .name
         .clone()
         .or_else(|| selectors.fields.pinned_name().map(str::to_string));
-    let start = match ctx.params.get("resourceVersion") {
-        None | Some("") | Some("0") => None,
-        Some(rv) => Some(
-            rv.parse::<u64>()
-                .map_err(|_| Status::bad_request(format!("invalid resourceVersion {rv:?}")))?,
-        ),
-    };
+    let how = Start::parse(&ctx.params)?;
+    let start = how.after;
     let timeout = match ctx.params.number("timeoutSeconds")? {
         Some(t) if t > 0 => Duration::from_secs(t as u64),
         _ => Duration::from_secs(rand::rng().random_range(1800..3600)),
@@ -210,7 +307,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
     if cache.wait_for(0).await.is_ok() {
         cache.check_decodable(&prefix)?;
     }
-    if cache.wait_for(0).await.is_ok()
+    if cache.wait_for(how.not_older_than).await.is_ok()
         && let Some(subscription) = cache.subscribe(start, &prefix, trigger.as_deref())
     {
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
@@ -225,6 +322,8 @@ pub async fn watch(ctx: Context) -> ApiResult {
             name,
             render,
             bookmarks,
+            initial_events: how.initial_events,
+            initial_events_end: how.initial_events_end,
             timeout,
             shutdown,
             tx,
@@ -236,8 +335,22 @@ pub async fn watch(ctx: Context) -> ApiResult {
 
     // The starting point, and the initial state when there is no resourceVersion.
     let mut initial = Vec::new();
+    let mut initial_events_end = None;
     let from = match start {
         Some(rv) => rv + 1,
+        None if !how.initial_events => {
+            let page = store
+                .list(
+                    prefix.as_bytes(),
+                    ListOptions {
+                        limit: 1,
+                        ..ListOptions::default()
+                    },
+                )
+                .await
+                .map_err(|e| store_error(e, &def, ""))?;
+            page.revision + 1
+        }
         None => {
             // `limit: 0` lists everything in one page.
             let page = store
@@ -250,6 +363,9 @@ pub async fn watch(ctx: Context) -> ApiResult {
                 if matches(&object) {
                     initial.push(object);
                 }
+            }
+            if how.initial_events_end {
+                initial_events_end = Some(page.revision);
             }
             page.revision + 1
         }
@@ -273,6 +389,14 @@ pub async fn watch(ctx: Context) -> ApiResult {
             if tx.send(Ok(render.line("ADDED", object))).await.is_err() {
                 return;
             }
+        }
+        if let Some(revision) = initial_events_end
+            && tx
+                .send(Ok(render.initial_events_end(revision)))
+                .await
+                .is_err()
+        {
+            return;
         }
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
@@ -371,6 +495,10 @@ struct Follow {
     name: Option<String>,
     render: Render,
     bookmarks: bool,
+    /// Send the snapshot's objects as ADDED events first.
+    initial_events: bool,
+    /// Then the bookmark that ends them (a watch list).
+    initial_events_end: bool,
     timeout: Duration,
     shutdown: tokio_util::sync::CancellationToken,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -427,7 +555,7 @@ impl Follow {
             mut live,
             after,
         } = subscription;
-        if let Some(snapshot) = initial {
+        if let Some(snapshot) = initial.filter(|_| self.initial_events) {
             let matches = selects(&self.selectors, self.name.as_deref());
             let objects: Vec<_> = snapshot
                 .objects
@@ -437,6 +565,12 @@ impl Follow {
                 .collect();
             for object in objects {
                 let line = self.render.cached_line("ADDED", &object);
+                if !self.send(line).await {
+                    return;
+                }
+            }
+            if self.initial_events_end {
+                let line = self.render.initial_events_end(snapshot.revision);
                 if !self.send(line).await {
                     return;
                 }
@@ -493,6 +627,50 @@ impl std::fmt::Debug for Render {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn watch_lists_start_from_the_state_and_end_it_with_a_bookmark() {
+        let parse = |query: &str| Start::parse(&super::super::Params::parse(Some(query)));
+        let list =
+            "sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+        assert_eq!(
+            parse(list),
+            Ok(Start {
+                after: None,
+                initial_events: true,
+                initial_events_end: true,
+                not_older_than: 0,
+            })
+        );
+        assert_eq!(
+            parse(&format!("{list}&resourceVersion=42")).map(|s| (s.after, s.not_older_than)),
+            Ok((None, 42))
+        );
+        // Without sendInitialEvents, as before: the state only without a
+        // resourceVersion, and no closing bookmark.
+        assert_eq!(
+            parse("resourceVersion=7").map(|s| (s.after, s.initial_events)),
+            Ok((Some(7), false))
+        );
+        assert_eq!(
+            parse("").map(|s| (s.initial_events, s.initial_events_end)),
+            Ok((true, false))
+        );
+        let refused =
+            parse("sendInitialEvents=true&allowWatchBookmarks=true").expect_err("no match");
+        assert_eq!(refused.code, 422);
+        assert_eq!(
+            refused.message,
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+        );
+        let refused = parse("sendInitialEvents=true&resourceVersionMatch=NotOlderThan")
+            .expect_err("no bookmarks");
+        assert!(
+            refused.message.contains("allowWatchBookmarks"),
+            "{}",
+            refused.message
+        );
+    }
+
     use super::*;
     use rudder_store::KeyValue;
 
