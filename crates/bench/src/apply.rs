@@ -20,7 +20,7 @@ use crate::api::{Server, free_port, rudder_binary};
 use crate::report::{Metric, Report};
 use crate::store::percentile;
 
-const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
+const KUBECTL: &str = "/usr/local/lib/rudder/clients/kubectl.1.35";
 
 /// A typical Deployment: three containers with ports, env, resources,
 /// probes and mounts, volumes, a rolling-update strategy.
