@@ -203,9 +203,7 @@ async fn run_with(
         - i128::from(options.eviction_memory_bytes))
     .max(0);
     let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
-    let not_ready = Readiness::NotReady(
-        "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized".into(),
-    );
+    let not_ready = Readiness::NotReady(CNI_NOT_READY.into());
     let registered = node::register(
         &client,
         &config.node(&machine, &runtime_version, not_ready.clone(), clock.now()),
@@ -296,7 +294,7 @@ async fn setup_network(options: &Options, pod_cidr: Cidr) -> Result<(), network:
         &layout.cni_conf_dir,
         &network::conflist(pod_cidr, &options.bridge, mtu, &ipam),
     )?;
-    if let Err(error) = network::enable_forwarding() {
+    if let Err(error) = network::enable_forwarding(&options.agent_dir()) {
         tracing::warn!(%error, "could not turn on IPv4 forwarding");
     }
     tracing::info!(%pod_cidr, "pod network configured");
@@ -336,9 +334,13 @@ async fn run_nftables(
     }
 }
 
+/// Upstream's Ready message while the pod network is not set up.
+const CNI_NOT_READY: &str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
+
 /// Looks at the node every 10 s (every second until it has its podCIDR):
-/// sets the pod network up once the podCIDR is known, and writes the
-/// status when it changed or 5 minutes passed.
+/// sets the pod network up once the podCIDR is known, asks the runtime
+/// for its health (CRI `Status`), and writes the status when it changed or
+/// 5 minutes passed.
 struct NodeStatusLoop {
     /// Where the podCIDR goes once the network is set up for it.
     pod_cidr_out: tokio::sync::watch::Sender<Option<Cidr>>,
@@ -366,6 +368,7 @@ impl NodeStatusLoop {
         let api: Api<Node> = Api::all(client.clone());
         let mut network_for: Option<Cidr> = None;
         let mut last_report = None;
+        let mut health = crate::health::RuntimeHealth::default();
         loop {
             match api.get(&config.name).await {
                 Ok(current) => {
@@ -387,12 +390,25 @@ impl NodeStatusLoop {
                             }
                         }
                     }
-                    let readiness = if network_for.is_some() {
-                        Readiness::Ready
-                    } else {
-                        Readiness::NotReady("container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized".into())
-                    };
                     let now = clock.now();
+                    let answer =
+                        tokio::time::timeout(crate::health::STATUS_TIMEOUT, runtime.status()).await;
+                    match answer {
+                        Ok(Ok(conditions)) => health.observe(Some(&conditions), now),
+                        Ok(Err(error)) => {
+                            tracing::warn!(%error, "container runtime sanity check failed");
+                            health.observe(None, now);
+                        }
+                        Err(_) => {
+                            tracing::warn!(
+                                "container runtime sanity check failed: no answer to Status within {:?}",
+                                crate::health::STATUS_TIMEOUT
+                            );
+                            health.observe(None, now);
+                        }
+                    }
+                    let pod_network = network_for.is_none().then_some(CNI_NOT_READY);
+                    let readiness = health.readiness(now, pod_network);
                     let previous = current.status.clone().unwrap_or_default();
                     let pressure = node::Pressure::measure(&options.data_dir, &config);
                     let mut status = config.status(
@@ -403,11 +419,17 @@ impl NodeStatusLoop {
                         Some(&previous),
                         now,
                     );
-                    match runtime.list_images().await {
-                        Ok(images) => status.images = Some(node::images(images)),
-                        Err(error) => {
+                    // A runtime that does not answer keeps the images
+                    // last reported, and holds up no status write.
+                    let images =
+                        tokio::time::timeout(crate::health::STATUS_TIMEOUT, runtime.list_images())
+                            .await;
+                    match images {
+                        Ok(Ok(images)) => status.images = Some(node::images(images)),
+                        Ok(Err(error)) => {
                             tracing::debug!(%error, "could not list the runtime's images")
                         }
+                        Err(_) => tracing::debug!("the runtime did not list its images in time"),
                     }
                     let due = last_report.is_none_or(|at| {
                         now.duration_since(at).unwrap_or_default() >= node::STATUS_REPORT_FREQUENCY
@@ -438,7 +460,8 @@ impl NodeStatusLoop {
 
 /// Stops and removes every pod the agent's containerd runs, then
 /// containerd itself, the agent's network (bridge, nftables table) and any
-/// mount left under the agent's directory — k3s's `k3s-killall.sh`, for
+/// mount left under the agent's directory, and turns IPv4 forwarding off
+/// again if the agent turned it on — k3s's `k3s-killall.sh`, for
 /// tests and for taking a node down. The blackhole routes stay: they
 /// only ever keep packets in, and another agent on the machine may rely
 /// on them.
@@ -474,5 +497,8 @@ pub async fn killall(options: &Options) -> Result<(), Error> {
         .status()
         .await;
     crate::pods::volumes::unmount_under(&options.agent_dir()).await;
+    if let Err(error) = network::restore_forwarding(&options.agent_dir()) {
+        tracing::warn!(%error, "could not turn IPv4 forwarding off again");
+    }
     Ok(())
 }

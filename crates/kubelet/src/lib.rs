@@ -5,6 +5,7 @@ pub mod agent;
 pub mod bootstrap;
 pub mod containerd;
 pub mod cri;
+pub mod health;
 pub mod images;
 pub mod network;
 pub mod node;

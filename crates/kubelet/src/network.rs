@@ -29,6 +29,18 @@ pub enum Error {
     },
     #[error("invalid CIDR {0:?}")]
     Cidr(String),
+    #[error(
+        "a route for {cidr} exists that the agent did not make ({route}): the agent keeps the \
+         cluster and service CIDRs blackholed and will not replace a route of yours; remove it \
+         (ip route del {cidr}) or choose other CIDRs (--cluster-cidr, --service-cidr)"
+    )]
+    RouteTaken { cidr: Cidr, route: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// An IPv4 CIDR.
@@ -135,17 +147,66 @@ async fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<(), Er
     }
 }
 
-/// Installs (or keeps) a blackhole route for each CIDR. More specific
-/// routes — the node's bridge, other nodes' podCIDRs — win over them.
+/// What `program args` prints on stdout.
+async fn read(program: &str, args: &[&str]) -> Result<String, Error> {
+    let command = format!("{program} {}", args.join(" "));
+    let output = system_command(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| Error::Command {
+            command: command.clone(),
+            message: e.to_string(),
+        })?;
+    if !output.status.success() {
+        return Err(Error::Command {
+            command,
+            message: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// A CIDR's route in the main table, as `ip -o route show exact` lists it.
+#[derive(Debug, PartialEq, Eq)]
+enum ExistingRoute {
+    None,
+    /// A blackhole: the agent's own, from an earlier start (they stay when
+    /// it stops), or one with the same effect.
+    Blackhole,
+    /// Anything else: someone else's route.
+    Other(String),
+}
+
+fn existing_route(listed: &str) -> ExistingRoute {
+    let mut routes = listed.lines().map(str::trim).filter(|l| !l.is_empty());
+    match (routes.next(), routes.next()) {
+        (None, _) => ExistingRoute::None,
+        (Some(route), None) if route.split_whitespace().next() == Some("blackhole") => {
+            ExistingRoute::Blackhole
+        }
+        (Some(route), _) => ExistingRoute::Other(route.to_string()),
+    }
+}
+
+/// Installs (or keeps) a blackhole route for each CIDR, refusing to
+/// replace a route for the same CIDR that is not a blackhole (a user's).
+/// More specific routes — the node's bridge, other nodes' podCIDRs — win
+/// over them.
 pub async fn install_blackhole_routes(cidrs: &[Cidr]) -> Result<(), Error> {
     for cidr in cidrs {
-        run(
-            "ip",
-            &["route", "replace", "blackhole", &cidr.to_string()],
-            None,
-        )
-        .await?;
-        tracing::info!(%cidr, "blackhole route installed");
+        let text = cidr.to_string();
+        match existing_route(&read("ip", &["-o", "route", "show", "exact", &text]).await?) {
+            ExistingRoute::Blackhole => tracing::info!(%cidr, "blackhole route kept"),
+            ExistingRoute::None => {
+                run("ip", &["route", "add", "blackhole", &text], None).await?;
+                tracing::info!(%cidr, "blackhole route installed");
+            }
+            ExistingRoute::Other(route) => {
+                return Err(Error::RouteTaken { cidr: *cidr, route });
+            }
+        }
     }
     Ok(())
 }
@@ -277,9 +338,107 @@ pub async fn delete_nftables(table: &str) -> Result<(), Error> {
     run("nft", &["delete", "table", "ip", table], None).await
 }
 
-/// Turns on IPv4 forwarding (pods reach beyond their bridge only with it).
-pub fn enable_forwarding() -> std::io::Result<()> {
-    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+/// The sysctl pods need to reach beyond their bridge.
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// The file under the agent's directory that says the agent turned IPv4
+/// forwarding on (it was off), so that cleaning up turns it off again.
+fn forwarding_marker(agent_dir: &Path) -> PathBuf {
+    agent_dir.join("ip_forward-was-off")
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// Turns on IPv4 forwarding (pods reach beyond their bridge only with it),
+/// noting under `agent_dir` when it was off, for [`restore_forwarding`].
+pub fn enable_forwarding(agent_dir: &Path) -> Result<(), Error> {
+    let before = std::fs::read_to_string(IP_FORWARD).map_err(io(format!("read {IP_FORWARD}")))?;
+    if before.trim() == "1" {
+        return Ok(());
+    }
+    let marker = forwarding_marker(agent_dir);
+    std::fs::create_dir_all(agent_dir).map_err(io(format!("create {}", agent_dir.display())))?;
+    std::fs::write(&marker, before).map_err(io(format!("write {}", marker.display())))?;
+    std::fs::write(IP_FORWARD, "1").map_err(io(format!("write {IP_FORWARD}")))
+}
+
+/// Turns IPv4 forwarding off again if [`enable_forwarding`] turned it on.
+pub fn restore_forwarding(agent_dir: &Path) -> Result<(), Error> {
+    let marker = forwarding_marker(agent_dir);
+    let Ok(before) = std::fs::read_to_string(&marker) else {
+        return Ok(());
+    };
+    std::fs::write(IP_FORWARD, before.trim()).map_err(io(format!("write {IP_FORWARD}")))?;
+    std::fs::remove_file(&marker).map_err(io(format!("remove {}", marker.display())))
+}
+
+/// An nftables table that drops whatever the pod network sends to an
+/// address outside `allowed` (and loopback): what tests and benchmarks
+/// that run pods install, so that no pod of theirs can send a packet off
+/// the machine, even by mistake. Pods' traffic to this machine's own
+/// addresses never reaches the forward hook; what is forwarded must stay
+/// in `allowed` (the cluster and service CIDRs, the tests' own network
+/// namespaces).
+pub fn egress_guard_rules(table: &str, pod_network: Cidr, allowed: &[Cidr]) -> String {
+    let mut kept = vec!["127.0.0.0/8".to_string()];
+    kept.extend(allowed.iter().map(Cidr::to_string));
+    format!(
+        "table ip {table}\n\
+         delete table ip {table}\n\
+         table ip {table} {{\n\
+         \tchain forward {{\n\
+         \t\ttype filter hook forward priority filter - 10; policy accept;\n\
+         \t\tip saddr {pod_network} ip daddr != {{ {kept} }} counter drop\n\
+         \t}}\n\
+         }}\n",
+        kept = kept.join(", ")
+    )
+}
+
+/// [`egress_guard_rules`] installed for as long as the guard lives.
+#[derive(Debug)]
+pub struct EgressGuard {
+    table: String,
+}
+
+impl EgressGuard {
+    pub fn install(table: &str, pod_network: Cidr, allowed: &[Cidr]) -> Result<Self, Error> {
+        let rules = egress_guard_rules(table, pod_network, allowed);
+        let mut child = std::process::Command::new("nft")
+            .args(["-f", "-"])
+            .env("PATH", with_system_path(std::env::var_os("PATH")))
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .map_err(io("run nft"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write;
+            stdin
+                .write_all(rules.as_bytes())
+                .map_err(io("write to nft"))?;
+        }
+        let status = child.wait().map_err(io("wait for nft"))?;
+        if !status.success() {
+            return Err(Error::Command {
+                command: "nft -f -".into(),
+                message: format!("the egress guard was refused: {status}\n{rules}"),
+            });
+        }
+        Ok(EgressGuard {
+            table: table.to_string(),
+        })
+    }
+}
+
+impl Drop for EgressGuard {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "ip", &self.table])
+            .env("PATH", with_system_path(std::env::var_os("PATH")))
+            .status();
+    }
 }
 
 /// The MTU of the interface the default route leaves by (1500 when there
@@ -378,6 +537,41 @@ mod tests {
             "{rules}"
         );
         assert!(rules.contains("fib daddr type local jump hostports"));
+    }
+
+    #[test]
+    fn only_a_blackhole_or_nothing_is_the_agents_to_keep_or_add() {
+        assert_eq!(existing_route(""), ExistingRoute::None);
+        assert_eq!(
+            existing_route("blackhole 10.42.0.0/16 \n"),
+            ExistingRoute::Blackhole
+        );
+        assert_eq!(
+            existing_route("10.42.0.0/16 via 192.168.1.1 dev eth0 \n"),
+            ExistingRoute::Other("10.42.0.0/16 via 192.168.1.1 dev eth0".into())
+        );
+        assert!(matches!(
+            existing_route("blackhole 10.42.0.0/16\n10.42.0.0/16 dev wg0 metric 5\n"),
+            ExistingRoute::Other(_)
+        ));
+    }
+
+    #[test]
+    fn the_egress_guard_drops_pod_traffic_leaving_the_allowed_networks() {
+        let cidr = |t: &str| t.parse::<Cidr>().expect("cidr");
+        let rules = egress_guard_rules(
+            "guard",
+            cidr("10.42.0.0/16"),
+            &[cidr("10.42.0.0/16"), cidr("10.43.0.0/16")],
+        );
+        assert!(rules.contains("type filter hook forward"), "{rules}");
+        assert!(
+            rules.contains(
+                "ip saddr 10.42.0.0/16 ip daddr != { 127.0.0.0/8, 10.42.0.0/16, 10.43.0.0/16 } counter drop"
+            ),
+            "{rules}"
+        );
+        assert!(rules.starts_with("table ip guard\ndelete table ip guard\n"));
     }
 
     #[test]

@@ -44,6 +44,9 @@ struct State {
     /// Exit codes `exec_sync` answers with, by the command's first word
     /// (0 when not set).
     exec_codes: HashMap<String, i32>,
+    /// What `status` answers instead of both conditions true: conditions,
+    /// or `None` for a runtime that does not answer.
+    status: Option<Option<Vec<cri::RuntimeCondition>>>,
 }
 
 /// An in-memory CRI runtime.
@@ -122,6 +125,12 @@ impl FakeRuntime {
             .map(|c| c.config.clone())
     }
 
+    /// Makes `status` answer `conditions`, or fail when `None` (a runtime
+    /// that is down).
+    pub fn set_status(&self, conditions: Option<Vec<cri::RuntimeCondition>>) {
+        self.state().status = Some(conditions);
+    }
+
     fn record(&self, call: String) {
         self.state().calls.push(call);
     }
@@ -129,6 +138,22 @@ impl FakeRuntime {
 
 #[async_trait]
 impl Runtime for FakeRuntime {
+    async fn status(&self) -> Result<Vec<cri::RuntimeCondition>> {
+        let ready = |kind: &str| cri::RuntimeCondition {
+            r#type: kind.into(),
+            status: true,
+            ..Default::default()
+        };
+        match self.state().status.clone() {
+            None => Ok(vec![ready("RuntimeReady"), ready("NetworkReady")]),
+            Some(Some(conditions)) => Ok(conditions),
+            Some(None) => Err(Error::Call {
+                call: "Status",
+                status: Box::new(tonic::Status::unavailable("the fake runtime is down")),
+            }),
+        }
+    }
+
     async fn version(&self) -> Result<Version> {
         Ok(Version {
             runtime_name: "fake".into(),

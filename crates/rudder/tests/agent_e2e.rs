@@ -5,7 +5,7 @@
 //! pack-busybox`) runs, every pod answers HTTP on its pod IP from the
 //! host, a deleted pod is replaced, and a crashing pod goes into
 //! CrashLoopBackOff. Needs root (containers, network namespaces, routes):
-//! skipped, saying so, otherwise.
+//! fails otherwise, unless `RUDDER_SKIP_ROOT_TESTS=1` skips it knowingly.
 //!
 //! Nothing leaves the machine: the cluster CIDR is blackholed before the
 //! agent starts anything, and the test talks only to loopback and to pod
@@ -17,176 +17,16 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Kubectl;
+use common::node::{Cluster, wait_for};
 
 const BRIDGE: &str = "rudde2e0";
 const CLUSTER_CIDR: &str = "10.42.240.0/20";
 const IMAGE: &str = "rudder.local/busybox:1";
-
-fn rudder() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rudder"))
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|u| u.split_whitespace().next() == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-/// The server and everything its agent made; torn down on drop.
-struct Cluster {
-    server: Option<Child>,
-    data: PathBuf,
-    port: u16,
-    /// The agent's HTTPS port (`kubectl logs` goes through it).
-    kubelet_port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let data = dir.path().join("data");
-        let images = data.join("agent/images");
-        std::fs::create_dir_all(&images).expect("images dir");
-        let packed = rudder()
-            .args(["images", "pack-busybox"])
-            .arg(images.join("busybox.tar"))
-            .output()
-            .expect("run rudder images pack-busybox");
-        assert!(
-            packed.status.success(),
-            "pack busybox (Debian's busybox-static; scripts/setup --test installs it): {}",
-            String::from_utf8_lossy(&packed.stderr)
-        );
-        let port = rudder_apiserver::testing::free_port().expect("a free port");
-        let kubelet_port = rudder_apiserver::testing::free_port().expect("a free port");
-        let mut cluster = Cluster {
-            server: None,
-            data,
-            port,
-            kubelet_port,
-            _dir: dir,
-        };
-        cluster.spawn();
-        cluster
-    }
-
-    /// Starts `rudder server` (again) on the cluster's data dir and port.
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.data.parent().expect("dir").join("server.log"))
-            .expect("log");
-        let server = rudder()
-            .args(["server", "--bind-address", "127.0.0.1", "--port"])
-            .arg(self.port.to_string())
-            .arg("--data-dir")
-            .arg(&self.data)
-            .args(["--node-name", "e2e-node", "--node-ip", "127.0.0.1"])
-            .args(["--cluster-cidr", CLUSTER_CIDR, "--cni-bridge", BRIDGE])
-            .arg("--kubelet-port")
-            .arg(self.kubelet_port.to_string())
-            // A shared build machine's disk may well be past upstream's 10%:
-            // DiskPressure would taint the node and nothing would schedule.
-            .args([
-                "--eviction-hard",
-                "memory.available<1Mi,nodefs.available<1%",
-            ])
-            .env("RUDDER_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start rudder server");
-        self.server = Some(server);
-    }
-
-    /// Kills the server (and so its agent) with SIGKILL.
-    fn kill_hard(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            let _ = server.kill();
-            let _ = server.wait();
-        }
-    }
-
-    fn wait_node_ready(&self, k: &Kubectl<'_>) {
-        wait_for(
-            "the node to be Ready",
-            Duration::from_secs(60),
-            self,
-            || {
-                let (ok, out) = k.run(&["get", "nodes", "--no-headers"], None);
-                (ok && out.contains("e2e-node") && out.contains(" Ready ")).then_some(())
-            },
-        );
-    }
-
-    /// The end of the server's log and the node's network, for failures.
-    fn log(&self) -> String {
-        let path = self.data.parent().expect("dir").join("server.log");
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let mut out = lines[lines.len().saturating_sub(40)..].join("\n");
-        for args in [
-            &["ip", "route"][..],
-            &["ip", "-br", "addr"],
-            &["ip", "neigh", "show", "dev", BRIDGE],
-            &["nft", "list", "table", "ip", BRIDGE],
-        ] {
-            if let Ok(o) = Command::new(args[0]).args(&args[1..]).output() {
-                out.push_str(&format!(
-                    "\n$ {}\n{}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&o.stdout)
-                ));
-            }
-        }
-        out
-    }
-
-    fn mounts_left(&self) -> Vec<String> {
-        std::fs::read_to_string("/proc/self/mounts")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|m| Path::new(m).starts_with(&self.data))
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-impl Cluster {
-    /// Stops the server (SIGTERM) and removes every pod, the network and
-    /// the mounts the agent made; idempotent.
-    fn teardown(&mut self) -> Option<std::process::ExitStatus> {
-        let mut stopped = None;
-        if let Some(mut server) = self.server.take() {
-            stopped = rudder_harness::terminate(&mut server);
-        }
-        let _ = rudder()
-            .args(["killall", "--cni-bridge", BRIDGE, "--data-dir"])
-            .arg(&self.data)
-            .env("RUDDER_LOG", "warn")
-            .status();
-        stopped
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.teardown();
-    }
-}
 
 /// Debian's docker-registry on a loopback port, storing under the
 /// cluster's directory; stopped on drop.
@@ -251,26 +91,6 @@ fn http_get_path(ip: &str, port: u16, path: &str) -> Option<String> {
     ok.then(|| body.trim_end().to_string())
 }
 
-fn wait_for<T>(
-    what: &str,
-    within: Duration,
-    cluster: &Cluster,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; the server's log ends:\n{}",
-            cluster.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// `name ip phase` of every pod of the deployment `web`.
 fn web_pods(k: &Kubectl<'_>) -> Vec<(String, String, String)> {
     let (ok, out) = k.run(
@@ -297,13 +117,10 @@ fn web_pods(k: &Kubectl<'_>) -> Vec<(String, String, String)> {
 
 #[test]
 fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted_pod() {
-    if !is_root() {
-        eprintln!(
-            "skipped: the node agent's end-to-end test needs root (containers, network namespaces, routes)"
-        );
+    if !common::require_root("agent_e2e") {
         return;
     }
-    let mut cluster = Cluster::start();
+    let mut cluster = Cluster::start(BRIDGE, CLUSTER_CIDR);
     let kubectl = common::versions().pop().expect("a kubectl").1;
     let k = Kubectl {
         binary: &kubectl,
@@ -363,7 +180,10 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
     }
 
     // Killed with SIGKILL and started again, the agent adopts every
-    // running container: none restarted, none duplicated.
+    // running container: none restarted, none duplicated. The stored
+    // Node says Ready before the new agent has done anything, so the
+    // comparison waits for proof that the new agent runs: its node Lease
+    // renewed after the kill.
     let containers = |k: &Kubectl<'_>| {
         let (ok, out) = k.run(
             &[
@@ -372,24 +192,50 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
                 "-l",
                 "app=web",
                 "-o",
-                "jsonpath={.items[*].status.containerStatuses[0].containerID}",
+                r#"jsonpath={range .items[*]}{.metadata.name} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}{"\n"}{end}"#,
             ],
             None,
         );
         assert!(ok, "{out}");
-        let mut ids: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+        let mut ids: Vec<String> = out.lines().map(str::to_string).collect();
         ids.sort();
         ids
     };
     let before = containers(&k);
+    assert_eq!(before.len(), 3, "{before:?}");
+    assert!(before.iter().all(|c| c.ends_with(" 0")), "{before:?}");
+    let killed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs() as i64;
     cluster.kill_hard();
     cluster.spawn();
+    wait_for(
+        "the new agent to renew its node Lease",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let (ok, out) = k.run(
+                &[
+                    "get",
+                    "lease",
+                    "-n",
+                    "kube-node-lease",
+                    "e2e-node",
+                    "-o",
+                    "jsonpath={.spec.renewTime}",
+                ],
+                None,
+            );
+            let renewed = rudder_api::time::parse_rfc3339(out.trim())?;
+            (ok && renewed > killed_at).then_some(())
+        },
+    );
     cluster.wait_node_ready(&k);
-    std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
         containers(&k),
         before,
-        "the same containers after the restart"
+        "the same containers, never restarted, after the restart"
     );
     let runtime_containers = Command::new("ctr")
         .arg("--address")
@@ -736,6 +582,20 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
         (ok && out.trim() == "Failed OOMKilled 137").then_some(())
     });
 
+    // The adopted containers the test did not delete are still the same
+    // ones, never restarted, at the end.
+    let after = containers(&k);
+    let survivors: Vec<&String> = before.iter().filter(|c| !c.starts_with(&victim)).collect();
+    assert_eq!(survivors.len(), 2, "{before:?}");
+    for survivor in survivors {
+        assert!(
+            after.contains(survivor),
+            "{survivor} adopted, then restarted or replaced: {after:?}"
+        );
+    }
+
+    runtime_down_makes_the_node_not_ready(&cluster, &k);
+
     // Everything the cluster made goes with it.
     let log = cluster.log();
     let stopped = cluster.teardown();
@@ -751,6 +611,51 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
         .expect("ip link");
     let links = String::from_utf8_lossy(&links.stdout);
     assert!(!links.contains(BRIDGE), "the bridge is left: {links}");
+}
+
+/// A runtime that stops answering (containerd frozen with SIGSTOP: the
+/// agent restarts a containerd that exits, so a dead one would come back)
+/// turns the node NotReady with upstream's message within its 30 s
+/// threshold plus a status pass; answering again, Ready again.
+fn runtime_down_makes_the_node_not_ready(cluster: &Cluster, k: &Kubectl<'_>) {
+    let pid_file = cluster.data.join("agent/containerd/containerd.pid");
+    let pid = std::fs::read_to_string(&pid_file)
+        .expect("the agent's containerd pid file")
+        .trim()
+        .to_string();
+    let signal = |name: &str| {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{name} {pid}");
+    };
+    let ready = || {
+        let (ok, out) = k.run(
+            &["get", "node", "e2e-node", "-o", r#"jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].message}"#],
+            None,
+        );
+        ok.then(|| out.trim().to_string())
+    };
+    signal("STOP");
+    let frozen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(
+            "the node NotReady with its runtime frozen",
+            Duration::from_secs(90),
+            cluster,
+            || (ready()? == "False container runtime is down").then_some(()),
+        )
+    }));
+    signal("CONT");
+    if let Err(panic) = frozen {
+        std::panic::resume_unwind(panic);
+    }
+    wait_for(
+        "the node Ready once its runtime answers",
+        Duration::from_secs(60),
+        cluster,
+        || ready()?.starts_with("True ").then_some(()),
+    );
 }
 
 /// `kubectl logs` through the API server's `pods/log` and the agent's

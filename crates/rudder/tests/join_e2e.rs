@@ -7,8 +7,8 @@
 //! ServiceAccount token, read by the pod and handed out through a
 //! hostPath, then authenticates from the host as the pod's account —,
 //! started again, reuses its certificate, and outlives a restart of the
-//! server. A token naming another CA is refused before anything is sent. Needs root: skipped, saying so,
-//! otherwise.
+//! server. A token naming another CA is refused before anything is sent. Needs root: fails
+//! otherwise, unless `RUDDER_SKIP_ROOT_TESTS=1` skips it knowingly.
 //!
 //! The agent has a bridge, cluster CIDR and data directory of its own;
 //! `rudder killall` removes everything it made at the end, even when the
@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Kubectl, is_root, token_kubeconfig};
+use common::{Kubectl, token_kubeconfig};
 
 const BRIDGE: &str = "rudjoin0";
 const CLUSTER_CIDR: &str = "10.42.224.0/20";
@@ -37,6 +37,8 @@ struct Cluster {
     agent: Option<Child>,
     dir: tempfile::TempDir,
     port: u16,
+    /// No pod of the test's sends a packet off the machine.
+    _guard: rudder_kubelet::network::EgressGuard,
 }
 
 impl Cluster {
@@ -64,6 +66,7 @@ impl Cluster {
             agent: None,
             dir,
             port,
+            _guard: common::egress_guard("rudder-guard-join-e2e", CLUSTER_CIDR),
         };
         cluster.start_server();
         let images = cluster.agent_dir().join("agent/images");
@@ -192,10 +195,7 @@ fn wait_for<T>(
 
 #[test]
 fn an_agent_joins_with_the_servers_token_and_runs_a_pod() {
-    if !is_root() {
-        eprintln!(
-            "skipped: the join end-to-end test needs root (containers, network namespaces, routes)"
-        );
+    if !common::require_root("join_e2e") {
         return;
     }
     let mut cluster = Cluster::start();

@@ -109,6 +109,10 @@ pub struct Version {
 pub trait Runtime: Send + Sync + std::fmt::Debug {
     async fn version(&self) -> Result<Version>;
 
+    /// The runtime's conditions (CRI `Status`): upstream's kubelet reads
+    /// `RuntimeReady` and `NetworkReady` of them.
+    async fn status(&self) -> Result<Vec<v1::RuntimeCondition>>;
+
     async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String>;
     async fn stop_pod_sandbox(&self, id: &str) -> Result<()>;
     async fn remove_pod_sandbox(&self, id: &str) -> Result<()>;

@@ -59,6 +59,17 @@ fn by_uid(uid: &str) -> std::collections::HashMap<String, String> {
 
 #[async_trait]
 impl Runtime for RemoteRuntime {
+    async fn status(&self) -> Result<Vec<cri::RuntimeCondition>> {
+        let reply = self
+            .runtime
+            .clone()
+            .status(cri::StatusRequest { verbose: false })
+            .await
+            .map_err(call("Status"))?
+            .into_inner();
+        Ok(reply.status.map(|s| s.conditions).unwrap_or_default())
+    }
+
     async fn version(&self) -> Result<Version> {
         let reply = self
             .runtime

@@ -2,16 +2,32 @@
 //! installed kubectl versions, and a runner that collects failures.
 #![allow(dead_code)]
 
+pub mod node;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where the versioned kubectl binaries (`kubectl.1.27` … `kubectl.1.33`)
-/// are found unless `RUDDER_KUBECTL_DIR` says otherwise.
-pub const KUBECTL_DIR: &str = "/usr/lib/google-cloud-sdk/bin";
+/// Where the versioned kubectl binaries (`kubectl.1.27` … `kubectl.1.35`)
+/// and `helm` are found unless `RUDDER_KUBECTL_DIR` says otherwise
+/// (`scripts/setup --test` installs them there).
+pub const KUBECTL_DIR: &str = "/usr/local/lib/rudder/clients";
 
 /// The kubectl versions the README promises the tests run.
-pub const KUBECTL_VERSIONS: &[&str] = &["1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33"];
+pub const KUBECTL_VERSIONS: &[&str] = &[
+    "1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33", "1.34", "1.35",
+];
+
+/// Helm, beside the kubectl binaries.
+pub fn helm() -> PathBuf {
+    let helm = kubectl_dir().join("helm");
+    assert!(
+        helm.is_file(),
+        "helm not found at {} (scripts/setup --test installs it; see the README)",
+        helm.display()
+    );
+    helm
+}
 
 fn kubectl_dir() -> PathBuf {
     std::env::var_os("RUDDER_KUBECTL_DIR")
@@ -50,8 +66,8 @@ pub fn versions() -> Vec<(String, PathBuf)> {
         .partition(|(_, path)| path.is_file());
     assert!(
         missing.is_empty(),
-        "kubectl {} not found under {} (set RUDDER_KUBECTL_DIR to a directory holding \
-         kubectl.1.27 … kubectl.1.33; see the README)",
+        "kubectl {} not found under {} (scripts/setup --test installs them; \
+         RUDDER_KUBECTL_DIR may name another directory holding kubectl.1.27 … kubectl.1.35)",
         missing
             .iter()
             .map(|(v, _)| v.as_str())
@@ -268,6 +284,46 @@ where
         failures.join("\n")
     );
     eprintln!("{} kubectl versions passed", versions.len());
+}
+
+/// The opt-out that lets a non-root run skip the suites that need root.
+pub const SKIP_ROOT_TESTS: &str = "RUDDER_SKIP_ROOT_TESTS";
+
+/// Whether the root-only `suite` runs: as root it does; otherwise it fails
+/// the test, naming itself, unless `RUDDER_SKIP_ROOT_TESTS=1` asks to skip
+/// it (then it says so). A suite that cannot run has tested nothing, and a
+/// green run must not hide that.
+pub fn require_root(suite: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    let opted_out = std::env::var(SKIP_ROOT_TESTS).is_ok_and(|v| v == "1");
+    assert!(
+        opted_out,
+        "{suite} needs root (containers, network namespaces, routes): run the tests as root, \
+         or set {SKIP_ROOT_TESTS}=1 to skip it knowingly"
+    );
+    eprintln!("SKIPPED: {suite} needs root and {SKIP_ROOT_TESTS}=1 skips it");
+    false
+}
+
+/// The service CIDR `rudder server` allocates from unless told otherwise.
+pub const SERVICE_CIDR: &str = "10.43.0.0/16";
+
+/// Keeps a test's pods on this machine for as long as it lives: whatever
+/// the pod network `cluster_cidr` sends to an address outside it, the
+/// service CIDR and loopback is dropped (an nftables table named `table`).
+pub fn egress_guard(table: &str, cluster_cidr: &str) -> rudder_kubelet::network::EgressGuard {
+    let cidr = |text: &str| {
+        text.parse::<rudder_kubelet::network::Cidr>()
+            .expect("a CIDR")
+    };
+    rudder_kubelet::network::EgressGuard::install(
+        table,
+        cidr(cluster_cidr),
+        &[cidr(cluster_cidr), cidr(SERVICE_CIDR)],
+    )
+    .expect("install the egress guard")
 }
 
 /// Whether the tests run as root (the node agent's end-to-end tests need it).
