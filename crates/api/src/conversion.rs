@@ -10,6 +10,8 @@ use serde_json::{Map, Value, json};
 pub struct Conversion {
     /// `apiVersion` of the stored form.
     pub storage_api_version: &'static str,
+    /// The stored form's definition (its fields are stored in its Go order).
+    pub storage_schema: &'static str,
     pub to_storage: fn(Value) -> Value,
     pub from_storage: fn(Value) -> Value,
 }
@@ -319,11 +321,13 @@ pub fn event_from_core(event: Value) -> Value {
 
 pub const HPA_V1: Conversion = Conversion {
     storage_api_version: "autoscaling/v2",
+    storage_schema: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler",
     to_storage: hpa_v1_to_v2,
     from_storage: hpa_v2_to_v1,
 };
 pub const EVENTS_V1: Conversion = Conversion {
     storage_api_version: "v1",
+    storage_schema: "io.k8s.api.core.v1.Event",
     to_storage: event_to_core,
     from_storage: event_from_core,
 };

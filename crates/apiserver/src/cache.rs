@@ -41,9 +41,12 @@ pub struct Cached {
 }
 
 impl Cached {
-    fn new(mut value: Value, revision: u64, fields: &[&str]) -> Arc<Cached> {
+    /// `value` of the built-in definition `schema` ("" for none), its
+    /// JSON in Go's field order.
+    fn new(mut value: Value, revision: u64, fields: &[&str], schema: &str) -> Arc<Cached> {
         crate::storage::set_resource_version(&mut value, revision);
-        let json = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+        let ordered = rudder_api::protobuf::go_json::Ordered::new(schema, &value);
+        let json = Bytes::from(serde_json::to_vec(&ordered).unwrap_or_default());
         let mut selectable = serde_json::json!({});
         for path in ["metadata.name", "metadata.namespace", "metadata.labels"]
             .into_iter()
@@ -78,7 +81,12 @@ impl Cached {
             return Ok(cached);
         }
         let value: Value = serde_json::from_slice(stored)?;
-        Ok(Cached::new(value, revision, &selectable.fields))
+        Ok(Cached::new(
+            value,
+            revision,
+            &selectable.fields,
+            &selectable.schema,
+        ))
     }
 
     fn spliced(stored: &[u8], revision: u64, selectable: &Paths) -> Option<Arc<Cached>> {
@@ -97,15 +105,37 @@ impl Cached {
         if stored.get(open) != Some(&b'{') {
             return None;
         }
+        // After the last key that comes before it in the stored order (its
+        // value's end), or first.
+        let base = stored.as_ptr() as usize;
+        let after = inner
+            .iter()
+            .filter(|(key, _)| selectable.order.before_resource_version(key))
+            .filter_map(|(_, raw)| {
+                let value = raw.get();
+                (value.as_ptr() as usize)
+                    .checked_sub(base)
+                    .map(|at| at + value.len())
+            })
+            .max();
         let mut json = Vec::with_capacity(stored.len() + 40);
-        json.extend_from_slice(&stored[..=open]);
-        json.extend_from_slice(b"\"resourceVersion\":\"");
-        json.extend_from_slice(revision.to_string().as_bytes());
-        json.push(b'"');
-        if !inner.is_empty() {
-            json.push(b',');
+        let version = format!("\"resourceVersion\":\"{revision}\"");
+        match after {
+            Some(end) if end <= stored.len() => {
+                json.extend_from_slice(&stored[..end]);
+                json.push(b',');
+                json.extend_from_slice(version.as_bytes());
+                json.extend_from_slice(&stored[end..]);
+            }
+            _ => {
+                json.extend_from_slice(&stored[..=open]);
+                json.extend_from_slice(version.as_bytes());
+                if !inner.is_empty() {
+                    json.push(b',');
+                }
+                json.extend_from_slice(&stored[open + 1..]);
+            }
         }
-        json.extend_from_slice(&stored[open + 1..]);
         let mut picked = serde_json::Map::new();
         selectable.pick(&top, &mut picked);
         Some(Arc::new(Cached {
@@ -116,9 +146,15 @@ impl Cached {
     }
 
     /// The object in another version of its resource (`convert` turns the
-    /// stored form into it), selectable by that version's `fields`.
-    pub fn converted(&self, convert: impl FnOnce(Value) -> Value, fields: &[&str]) -> Arc<Cached> {
-        Cached::new(convert(self.value()), self.revision, fields)
+    /// stored form into it, of the definition `schema`), selectable by that
+    /// version's `fields`.
+    pub fn converted(
+        &self,
+        convert: impl FnOnce(Value) -> Value,
+        fields: &[&str],
+        schema: &str,
+    ) -> Arc<Cached> {
+        Cached::new(convert(self.value()), self.revision, fields, schema)
     }
 
     /// The whole object, parsed from its cached JSON.
@@ -130,13 +166,41 @@ impl Cached {
 /// One level of a JSON object, its values unparsed.
 type Level<'a> = BTreeMap<&'a str, &'a serde_json::value::RawValue>;
 
+/// How a resource's stored objects order their keys, and so where a
+/// spliced `resourceVersion` goes among its metadata's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum KeyOrder {
+    /// Go's field order (built-in kinds): after `name`, `generateName`,
+    /// `namespace`, `selfLink` and `uid`, as ObjectMeta declares it.
+    #[default]
+    Go,
+    /// Sorted (custom resources, unstructured in upstream too).
+    Sorted,
+}
+
+impl KeyOrder {
+    /// Whether the metadata key `key` comes before `resourceVersion`.
+    fn before_resource_version(self, key: &str) -> bool {
+        match self {
+            KeyOrder::Go => matches!(
+                key,
+                "name" | "generateName" | "namespace" | "selfLink" | "uid"
+            ),
+            KeyOrder::Sorted => key < "resourceVersion",
+        }
+    }
+}
+
 /// The selectable fields of a kind as a tree of keys, for picking them
-/// out of unparsed levels.
+/// out of unparsed levels, and the order of its stored keys.
 #[derive(Debug, Default)]
 struct Paths {
     /// The kind's selectable fields beyond name, namespace and labels.
     fields: Vec<&'static str>,
     tree: PathTree,
+    order: KeyOrder,
+    /// The built-in definition objects are stored as ("" for none).
+    schema: String,
 }
 
 #[derive(Debug, Default)]
@@ -147,7 +211,9 @@ struct PathTree {
 }
 
 impl Paths {
-    fn of(fields: &'static [&'static str]) -> Paths {
+    /// The paths of `fields` of objects stored as the built-in definition
+    /// `schema` (in Go's order), or "" (custom resources: sorted).
+    fn of(fields: &'static [&'static str], schema: &str) -> Paths {
         let mut tree = PathTree::default();
         for path in ["metadata.name", "metadata.namespace", "metadata.labels"]
             .into_iter()
@@ -173,6 +239,11 @@ impl Paths {
         Paths {
             fields: fields.to_vec(),
             tree,
+            order: match schema.is_empty() {
+                true => KeyOrder::Sorted,
+                false => KeyOrder::Go,
+            },
+            schema: schema.to_string(),
         }
     }
 
@@ -494,7 +565,12 @@ impl Cache {
                 contents.undecodable.remove(key);
                 drop(contents);
                 match &prev {
-                    Some(prev) => Cached::new(prev.value(), revision, &self.selectable.fields),
+                    Some(prev) => Cached::new(
+                        prev.value(),
+                        revision,
+                        &self.selectable.fields,
+                        &self.selectable.schema,
+                    ),
                     None => {
                         // Gone, and never served: nothing to tell watchers.
                         self.advance(revision);
@@ -725,6 +801,7 @@ impl Caches {
         &self,
         prefix: &str,
         fields: &'static [&'static str],
+        schema: &str,
         store: &Arc<dyn Store>,
         cancel: &CancellationToken,
         metrics: &Arc<crate::metrics::Metrics>,
@@ -736,7 +813,7 @@ impl Caches {
         let (events, _) = broadcast::channel(BROADCAST);
         let cache = Arc::new(Cache {
             prefix: prefix.to_string(),
-            selectable: Paths::of(fields),
+            selectable: Paths::of(fields, schema),
             contents: RwLock::new(Contents::default()),
             events,
             triggered: Mutex::new(HashMap::new()),
@@ -768,8 +845,9 @@ mod tests {
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]},
             "status": {"phase": "Pending", "conditions": []},
         });
-        let spliced = Cached::spliced(&stored(&pod), 42, &Paths::of(POD_FIELDS)).expect("spliced");
-        let rebuilt = Cached::new(pod.clone(), 42, POD_FIELDS);
+        let spliced =
+            Cached::spliced(&stored(&pod), 42, &Paths::of(POD_FIELDS, "")).expect("spliced");
+        let rebuilt = Cached::new(pod.clone(), 42, POD_FIELDS, "");
         assert_eq!(spliced.value(), rebuilt.value());
         assert_eq!(spliced.value()["metadata"]["resourceVersion"], "42");
         assert_eq!(spliced.selectable, rebuilt.selectable);
@@ -791,8 +869,8 @@ mod tests {
             serde_json::json!({"metadata": {"name": "x"}, "spec": 3, "status": {}}),
         ] {
             let spliced =
-                Cached::spliced(&stored(&object), 7, &Paths::of(POD_FIELDS)).expect("spliced");
-            let rebuilt = Cached::new(object.clone(), 7, POD_FIELDS);
+                Cached::spliced(&stored(&object), 7, &Paths::of(POD_FIELDS, "")).expect("spliced");
+            let rebuilt = Cached::new(object.clone(), 7, POD_FIELDS, "");
             assert_eq!(spliced.value(), rebuilt.value(), "{object}");
             assert_eq!(spliced.selectable, rebuilt.selectable, "{object}");
         }
@@ -807,12 +885,16 @@ mod tests {
         let escaped = br#"{"metadata":{"na\u006de":"x"}}"#.to_vec();
         let bare = br#"{"kind":"X"}"#.to_vec();
         for bytes in [with_version, pretty, escaped, bare] {
-            assert!(Cached::spliced(&bytes, 9, &Paths::of(POD_FIELDS)).is_none());
+            assert!(Cached::spliced(&bytes, 9, &Paths::of(POD_FIELDS, "")).is_none());
             let value: Value = serde_json::from_slice(&bytes).expect("json");
-            let cached = Cached::from_stored(&bytes, 9, &Paths::of(POD_FIELDS)).expect("cached");
-            assert_eq!(cached.value(), Cached::new(value, 9, POD_FIELDS).value());
+            let cached =
+                Cached::from_stored(&bytes, 9, &Paths::of(POD_FIELDS, "")).expect("cached");
+            assert_eq!(
+                cached.value(),
+                Cached::new(value, 9, POD_FIELDS, "").value()
+            );
             assert!(!cached.json.contains(&b'\n'));
         }
-        assert!(Cached::from_stored(b"{not json", 9, &Paths::of(POD_FIELDS)).is_err());
+        assert!(Cached::from_stored(b"{not json", 9, &Paths::of(POD_FIELDS, "")).is_err());
     }
 }

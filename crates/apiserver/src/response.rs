@@ -4,6 +4,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rudder_api::Status;
+use serde_json::Value;
 
 /// A handler's error: a Kubernetes `Status`.
 #[derive(Debug)]
@@ -34,6 +35,18 @@ pub type ApiResult = Result<Response, ApiError>;
 /// A JSON response with `Content-Type: application/json`.
 pub fn json_response<T: serde::Serialize + ?Sized>(code: StatusCode, body: &T) -> Response {
     typed_response(code, body, "application/json")
+}
+
+/// An object of `def` as the response, its fields in Go's order.
+pub fn object_response(
+    code: StatusCode,
+    def: &rudder_api::ResourceDef,
+    object: &Value,
+) -> Response {
+    json_response(
+        code,
+        &rudder_api::protobuf::go_json::Ordered::new(&def.schema_name, object),
+    )
 }
 
 /// A JSON response with the given media type, ending in a newline as Go's

@@ -153,9 +153,17 @@ impl State {
     /// The watch cache of a resource.
     pub fn cache(&self, def: &rudder_api::ResourceDef) -> Arc<Cache> {
         let fields = rudder_api::selector::fields_of(def);
+        // Built-in kinds are stored in their storage version's Go field
+        // order; custom resources sorted.
+        let schema = match (&def.custom, def.conversion) {
+            (Some(_), _) => "",
+            (None, Some(conversion)) => conversion.storage_schema,
+            (None, None) => def.schema_name.as_str(),
+        };
         self.caches.get(
             &def.key_prefix(),
             fields,
+            schema,
             &self.store,
             &self.shutdown,
             &self.metrics,

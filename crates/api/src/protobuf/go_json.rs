@@ -68,6 +68,101 @@ fn as_value(map: &mut Map<String, Value>, f: impl FnOnce(&mut Value)) {
     }
 }
 
+/// Where a JSON key goes among its object's keys.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    rank: u32,
+    message: Option<usize>,
+}
+
+/// An object serialized as Go's encoder writes it: for a built-in kind,
+/// `kind` and `apiVersion` first, then each struct's fields in declaration
+/// order (an inlined struct's in its place), then any key the type does
+/// not declare, sorted; maps with their keys sorted, as Go sorts them.
+/// Custom resources are unstructured in upstream too, written with sorted
+/// keys, and so are they here.
+#[derive(Debug, Clone, Copy)]
+pub struct Ordered<'a> {
+    value: &'a Value,
+    message: Option<usize>,
+    top: bool,
+    /// Leave `metadata.resourceVersion` out (the stored form).
+    without_version: bool,
+}
+
+impl<'a> Ordered<'a> {
+    /// `object`, an object of the built-in definition `definition`
+    /// (`io.k8s.api.core.v1.Pod`; anything else is written sorted).
+    pub fn new(definition: &str, object: &'a Value) -> Ordered<'a> {
+        let message = Plan::get().index.get(&definition.to_lowercase()).copied();
+        Ordered {
+            value: object,
+            message,
+            top: true,
+            without_version: false,
+        }
+    }
+
+    /// The same, without `metadata.resourceVersion`: the stored form.
+    pub fn without_version(mut self) -> Ordered<'a> {
+        self.without_version = true;
+        self
+    }
+}
+
+impl serde::Serialize for Ordered<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.value {
+            Value::Object(map) => {
+                let order = self.message.map(|m| &Plan::get().messages[m].order);
+                let mut keys: Vec<(u32, &String, &Value, Option<usize>)> =
+                    Vec::with_capacity(map.len());
+                for (key, value) in map {
+                    if self.without_version && !self.top && key == "resourceVersion" {
+                        continue;
+                    }
+                    let (rank, message) = match (self.top && order.is_some(), key.as_str()) {
+                        (true, "kind") => (0, None),
+                        (true, "apiVersion") => (1, None),
+                        _ => match order.and_then(|o| o.get(key.as_str())) {
+                            Some(found) => (found.rank.saturating_add(2), found.message),
+                            None => (u32::MAX, None),
+                        },
+                    };
+                    keys.push((rank, key, value, message));
+                }
+                // Stable: keys of one rank (undeclared ones) stay sorted.
+                keys.sort_by_key(|k| k.0);
+                let mut out = serializer.serialize_map(Some(keys.len()))?;
+                for (_, key, value, message) in keys {
+                    let child = Ordered {
+                        value,
+                        message,
+                        top: false,
+                        without_version: self.top && self.without_version && key == "metadata",
+                    };
+                    out.serialize_entry(key, &child)?;
+                }
+                out.end()
+            }
+            Value::Array(items) if self.message.is_some() => {
+                let mut out = serializer.serialize_seq(Some(items.len()))?;
+                for value in items {
+                    out.serialize_element(&Ordered {
+                        value,
+                        message: self.message,
+                        top: false,
+                        without_version: false,
+                    })?;
+                }
+                out.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
+}
+
 /// What [`fill`] and [`canonical_bytes`] do, worked out once per message:
 /// each field's zero, the messages its fields hold, and which messages
 /// could need either at all (transitively), so a walk skips the rest.
@@ -80,6 +175,10 @@ struct Plan {
 #[derive(Debug, Default)]
 struct MessagePlan {
     fields: Vec<FieldPlan>,
+    /// Each JSON key's rank in Go's order and the message its value (or
+    /// each item of it) is: the fields as declared, an inlined struct's
+    /// fields in its place.
+    order: HashMap<String, Key>,
     /// An object of this message may lack a field Go would write.
     fills: bool,
     /// An object of this message may hold a `[]byte` field.
@@ -100,6 +199,8 @@ struct FieldPlan {
     map: bool,
     /// What an absent field becomes (Go writes it).
     zero: Option<Value>,
+    /// Its place in the Go struct's declaration order.
+    position: usize,
 }
 
 impl Plan {
@@ -144,10 +245,12 @@ impl Plan {
                             },
                             map: matches!(field.kind, Kind::Map(..)),
                             zero,
+                            position: field.position,
                         }
                     })
                     .collect();
                 MessagePlan {
+                    order: HashMap::new(),
                     fills: fields.iter().any(|f| f.zero.is_some()),
                     has_bytes: fields.iter().any(|f| f.bytes),
                     fields,
@@ -156,7 +259,32 @@ impl Plan {
             .collect();
         let mut plan = Plan { index, messages };
         plan.close_over_fields();
+        for message in 0..plan.messages.len() {
+            let mut keys = Vec::new();
+            plan.declared_keys(message, &mut keys);
+            plan.messages[message].order = keys
+                .into_iter()
+                .enumerate()
+                .map(|(rank, (json, message))| {
+                    let rank = u32::try_from(rank).unwrap_or(u32::MAX);
+                    (json, Key { rank, message })
+                })
+                .collect();
+        }
         plan
+    }
+
+    /// The JSON keys of `message` in declaration order, each with the
+    /// message its value is; an inlined struct's keys in its place.
+    fn declared_keys(&self, message: usize, keys: &mut Vec<(String, Option<usize>)>) {
+        let mut fields: Vec<&FieldPlan> = self.messages[message].fields.iter().collect();
+        fields.sort_by_key(|f| f.position);
+        for field in fields {
+            match field.inline {
+                Some(inner) => self.declared_keys(inner, keys),
+                None => keys.push((field.json.clone(), field.message.filter(|_| !field.map))),
+            }
+        }
     }
 
     /// A message fills (or has bytes) if any message it holds does.
@@ -347,6 +475,39 @@ fn unwrap_base64(value: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objects_are_written_in_gos_field_order() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod", "zzz": 1,
+            "status": {"phase": "Running", "hostIP": "10.0.0.1"},
+            "spec": {
+                "restartPolicy": "Always",
+                "containers": [{"ports": [{"protocol": "TCP", "containerPort": 80}], "image": "i", "name": "c"}],
+                "volumes": [{"emptyDir": {}, "name": "v"}],
+            },
+            "metadata": {"uid": "u", "resourceVersion": "5", "namespace": "d", "name": "p", "labels": {"b": "1", "a": "2"}},
+        });
+        let written = serde_json::to_string(&Ordered::new("io.k8s.api.core.v1.Pod", &pod))
+            .expect("serialize");
+        assert_eq!(
+            written,
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"d","uid":"u","resourceVersion":"5","labels":{"a":"2","b":"1"}},"spec":{"volumes":[{"name":"v","emptyDir":{}}],"containers":[{"name":"c","image":"i","ports":[{"containerPort":80,"protocol":"TCP"}]}],"restartPolicy":"Always"},"status":{"phase":"Running","hostIP":"10.0.0.1"},"zzz":1}"#
+        );
+        let stored =
+            serde_json::to_string(&Ordered::new("io.k8s.api.core.v1.Pod", &pod).without_version())
+                .expect("serialize");
+        assert!(
+            stored.contains(r#""metadata":{"name":"p","namespace":"d","uid":"u","labels""#),
+            "{stored}"
+        );
+        // Custom resources are unstructured: sorted, as upstream's.
+        let custom = json!({"kind": "Widget", "apiVersion": "x/v1", "spec": {"b": 1, "a": 2}, "metadata": {"resourceVersion": "3", "name": "w"}});
+        assert_eq!(
+            serde_json::to_string(&Ordered::new("", &custom).without_version()).expect("serialize"),
+            r#"{"apiVersion":"x/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"a":2,"b":1}}"#
+        );
+    }
 
     #[test]
     fn the_plan_fills_as_the_field_by_field_walk_does() {

@@ -49,6 +49,9 @@ struct Field {
     inline: bool,
     /// A Go value field tagged `omitempty`: its zero is no value.
     omit_zero: bool,
+    /// Its place among its message's fields: the Go struct's declaration
+    /// order, which the schema's lines keep (Go's JSON writes fields so).
+    position: usize,
 }
 
 /// The protobuf schema of the served types, with JSON field names.
@@ -111,7 +114,7 @@ impl Schema {
                 .map(|p| p.keys().map(|k| (normalize(k), k.clone())).collect())
                 .unwrap_or_default();
             let mut table = HashMap::new();
-            for entry in fields.split(';').filter(|e| !e.is_empty()) {
+            for (position, entry) in fields.split(';').filter(|e| !e.is_empty()).enumerate() {
                 let (entry, repeated) = match entry.strip_suffix('*') {
                     Some(e) => (e, true),
                     None => (entry, false),
@@ -160,6 +163,7 @@ impl Schema {
                         repeated,
                         inline,
                         omit_zero,
+                        position,
                     },
                 );
             }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::{Context, Params};
 use crate::cache::Cached;
 use crate::negotiate::{self, Output};
-use crate::response::{ApiResult, json_response, store_error};
+use crate::response::{ApiResult, json_response, object_response, store_error};
 use crate::storage::{Continue, Selectors, served};
 
 /// What Table rows carry besides their cells (`includeObject`).
@@ -93,7 +93,7 @@ pub async fn get(ctx: &Context) -> ApiResult {
         return Err(Status::timeout(format!("Too large resource version: {rv}")).into());
     }
     Ok(match output {
-        Output::Json => json_response(StatusCode::OK, &object),
+        Output::Json => object_response(StatusCode::OK, ctx.def(), &object),
         Output::Metadata => json_response(StatusCode::OK, &partial_metadata(&object)),
         Output::Table => {
             let meta = json!({"resourceVersion": stored_at.to_string()});
@@ -166,7 +166,7 @@ async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<Cach
         // The cache holds the stored version: each object converted.
         let fields = rudder_api::selector::fields_of(def);
         for object in &mut snapshot.objects {
-            *object = object.converted(|v| served(def, v), fields);
+            *object = object.converted(|v| served(def, v), fields, &def.schema_name);
         }
     }
     let limit = params
@@ -210,6 +210,32 @@ async fn cached_list(ctx: &Context, selectors: &Selectors) -> Result<Option<Cach
         next: None,
         remaining: None,
     }))
+}
+
+/// A list as upstream writes it: `kind`, `apiVersion`, `metadata`, then
+/// the items, each in Go's field order.
+struct OrderedList<'a> {
+    def: &'a ResourceDef,
+    meta: &'a Value,
+    items: &'a [Value],
+}
+
+impl serde::Serialize for OrderedList<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use rudder_api::protobuf::go_json::Ordered;
+        use serde::ser::SerializeMap;
+        let items: Vec<Ordered<'_>> = self
+            .items
+            .iter()
+            .map(|item| Ordered::new(&self.def.schema_name, item))
+            .collect();
+        let mut map = serializer.serialize_map(Some(4))?;
+        map.serialize_entry("kind", &self.def.list_kind)?;
+        map.serialize_entry("apiVersion", &self.def.api_version())?;
+        map.serialize_entry("metadata", self.meta)?;
+        map.serialize_entry("items", &items)?;
+        map.end()
+    }
 }
 
 /// A list's JSON, assembled from the objects' cached serializations.
@@ -286,7 +312,11 @@ pub async fn list(ctx: &Context) -> ApiResult {
     Ok(match output {
         Output::Json => json_response(
             StatusCode::OK,
-            &json!({"kind": def.list_kind, "apiVersion": def.api_version(), "metadata": meta, "items": listed.items}),
+            &OrderedList {
+                def,
+                meta: &meta,
+                items: &listed.items,
+            },
         ),
         Output::Metadata => json_response(StatusCode::OK, &metadata_list(&meta, &listed.items)),
         Output::Table => table_response(&table(

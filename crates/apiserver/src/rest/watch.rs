@@ -44,7 +44,20 @@ struct Render {
 impl Render {
     fn line(&mut self, kind: &str, object: Value) -> Bytes {
         let object = match self.output {
-            Output::Json => object,
+            Output::Json => {
+                // The object in Go's field order.
+                let ordered =
+                    rudder_api::protobuf::go_json::Ordered::new(&self.def.schema_name, &object);
+                let mut line = Vec::with_capacity(256);
+                line.extend_from_slice(b"{\"type\":");
+                line.extend_from_slice(json!(kind).to_string().as_bytes());
+                line.extend_from_slice(b",\"object\":");
+                if serde_json::to_writer(&mut line, &ordered).is_err() {
+                    line.extend_from_slice(b"null");
+                }
+                line.extend_from_slice(b"}\n");
+                return Bytes::from(line);
+            }
             Output::Metadata => super::read::partial_metadata(&object),
             Output::Table => {
                 let rv = object
@@ -509,7 +522,7 @@ impl Follow {
     /// A cached object as this watch serves it.
     fn view(&self, object: &std::sync::Arc<Cached>) -> std::sync::Arc<Cached> {
         match &self.convert {
-            Some((def, fields)) => object.converted(|v| served(def, v), fields),
+            Some((def, fields)) => object.converted(|v| served(def, v), fields, &def.schema_name),
             None => object.clone(),
         }
     }

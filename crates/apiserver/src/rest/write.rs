@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::{Context, apply};
 use crate::negotiate::content_type;
-use crate::response::{ApiResult, json_response, with_warnings};
+use crate::response::{ApiResult, json_response, object_response, with_warnings};
 use crate::storage::{DeleteOptions, Deleted};
 
 pub fn parse_json(body: &Bytes) -> Result<Value, Status> {
@@ -160,7 +160,7 @@ pub async fn create_object(ctx: &Context, mut object: Value, warnings: Vec<Strin
         .create(ctx.def(), ctx.namespace(), object, &options)
         .await?;
     Ok(with_warnings(
-        json_response(StatusCode::CREATED, &created),
+        object_response(StatusCode::CREATED, ctx.def(), &created),
         &warnings,
     ))
 }
@@ -211,7 +211,7 @@ where
 {
     let object = update_object(ctx, part, change).await?;
     Ok(with_warnings(
-        json_response(StatusCode::OK, &object),
+        object_response(StatusCode::OK, ctx.def(), &object),
         &warnings,
     ))
 }
@@ -311,7 +311,7 @@ where
     .await?;
     let warnings = warnings.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(with_warnings(
-        json_response(StatusCode::OK, &object),
+        object_response(StatusCode::OK, ctx.def(), &object),
         &warnings,
     ))
 }
@@ -365,8 +365,8 @@ pub async fn delete_with(ctx: &Context, body: Option<&Value>) -> ApiResult {
         _ => StatusCode::OK,
     };
     let response = match &deleted {
-        Deleted::Pending(object) => json_response(code, object),
-        Deleted::Gone(object) if def.strategy.returns_deleted => json_response(code, object),
+        Deleted::Pending(object) => object_response(code, def, object),
+        Deleted::Gone(object) if def.strategy.returns_deleted => object_response(code, def, object),
         Deleted::Gone(object) => json_response(
             code,
             &rudder_api::status::success_status(

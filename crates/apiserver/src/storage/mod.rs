@@ -284,61 +284,31 @@ pub fn served(def: &ResourceDef, mut object: Value) -> Value {
     }
 }
 
-/// The bytes to store for an object of `def`'s version.
+/// The bytes to store for an object of `def`'s version: without its
+/// `resourceVersion`, in Go's field order (so that every read served from
+/// them, the watch cache's included, is written as upstream's).
 fn stored(def: &ResourceDef, object: &Value) -> Bytes {
     if let Some(custom) = &def.custom
         && custom.storage_api_version != def.api_version()
     {
         let mut object = object.clone();
         object["apiVersion"] = json!(custom.storage_api_version);
-        return encode(&object);
+        return encode("", &object);
     }
     match def.conversion {
-        Some(conversion) => encode(&(conversion.to_storage)(object.clone())),
-        None => encode(object),
+        Some(conversion) => encode(
+            conversion.storage_schema,
+            &(conversion.to_storage)(object.clone()),
+        ),
+        None => encode(&def.schema_name, object),
     }
 }
 
-/// The bytes to store for `object` (without its `resourceVersion`).
-fn encode(object: &Value) -> Bytes {
-    Bytes::from(serde_json::to_vec(&WithoutVersion(object)).unwrap_or_default())
-}
-
-/// An object serialized as it is but for `metadata.resourceVersion`.
-struct WithoutVersion<'a>(&'a Value);
-
-/// An object's metadata serialized without its `resourceVersion`.
-struct MetadataWithoutVersion<'a>(&'a serde_json::Map<String, Value>);
-
-impl serde::Serialize for WithoutVersion<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let Some(root) = self.0.as_object() else {
-            return self.0.serialize(serializer);
-        };
-        let mut map = serializer.serialize_map(Some(root.len()))?;
-        for (key, value) in root {
-            match value.as_object() {
-                Some(meta) if key == "metadata" => {
-                    map.serialize_entry(key, &MetadataWithoutVersion(meta))?
-                }
-                _ => map.serialize_entry(key, value)?,
-            }
-        }
-        map.end()
-    }
-}
-
-impl serde::Serialize for MetadataWithoutVersion<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let kept = self.0.iter().filter(|(k, _)| *k != "resourceVersion");
-        let mut map = serializer.serialize_map(Some(kept.clone().count()))?;
-        for (key, value) in kept {
-            map.serialize_entry(key, value)?;
-        }
-        map.end()
-    }
+/// The bytes to store for `object` of the built-in definition `schema`
+/// ("" for none).
+fn encode(schema: &str, object: &Value) -> Bytes {
+    let ordered = rudder_api::protobuf::go_json::Ordered::new(schema, object).without_version();
+    Bytes::from(serde_json::to_vec(&ordered).unwrap_or_default())
 }
 
 /// The `resourceVersion` an object carries, if any.
