@@ -177,20 +177,9 @@ fn wait_for<T>(
     what: &str,
     within: Duration,
     cluster: &Cluster,
-    mut check: impl FnMut() -> Option<T>,
+    check: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; the logs end:\n{}",
-            cluster.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::wait_until(what, within, || cluster.logs(), check)
 }
 
 #[test]

@@ -307,6 +307,28 @@ pub fn require_root(suite: &str) -> bool {
     false
 }
 
+/// Polls `check` every 200 ms until it gives a value; after `within`,
+/// fails saying what it waited for and what `logs` tell.
+pub fn wait_until<T>(
+    what: &str,
+    within: Duration,
+    logs: impl Fn() -> String,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; the logs end:\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The service CIDR `rudder server` allocates from unless told otherwise.
 pub const SERVICE_CIDR: &str = "10.43.0.0/16";
 

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::Kubectl;
 
@@ -183,18 +183,7 @@ pub fn wait_for<T>(
     what: &str,
     within: Duration,
     cluster: &Cluster,
-    mut check: impl FnMut() -> Option<T>,
+    check: impl FnMut() -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}; the server's log ends:\n{}",
-            cluster.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    super::wait_until(what, within, || cluster.log(), check)
 }
