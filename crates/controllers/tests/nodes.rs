@@ -1,7 +1,8 @@
 //! The controllers that look after Nodes, against a real API server: node
 //! IPAM (each Node its own /24 of the cluster CIDR, a deleted Node's range
 //! to the next one), DaemonSets, node lifecycle (a silent node Unknown,
-//! tainted, its pods evicted; on a fake clock).
+//! tainted, its pods evicted; on a fake clock) and the pod collector's
+//! quarantine of pods whose node is missing.
 
 mod support;
 
@@ -339,4 +340,59 @@ async fn a_node_silent_past_fifty_seconds_becomes_unknown_then_tainted_and_its_p
             .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
         "evicted once its toleration is over"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_on_a_missing_node_goes_after_forty_seconds_unless_the_node_comes_back() {
+    use k8s_openapi::api::core::v1::Pod;
+    use rudder_api::time::Clock as _;
+    use rudder_controllers::podgc::{PERIOD, QUARANTINE};
+    use std::time::{Duration, SystemTime};
+
+    assert_eq!(QUARANTINE, Duration::from_secs(40), "upstream's quarantine");
+    let plane = rudder_harness::ControlPlane::with_fake_clock().await;
+    let clock = plane.fake_clock().expect("fake");
+    let start = clock.now();
+    // Two pods bound to nodes that do not exist, made before the
+    // controllers start: the pod collector's first pass (one period after
+    // the start) finds both nodes missing.
+    let pods: Api<Pod> = Api::namespaced(plane.admin(), "default");
+    for (name, node) in [("stray", "ghost"), ("saved", "back")] {
+        let p: Pod = serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}))
+        .expect("pod");
+        pods.create(&PostParams::default(), &p)
+            .await
+            .expect("create");
+    }
+    let c = support::start_on(plane, std::sync::Arc::new(|_: &Pod| None));
+    // A pass of the collector at `at`, when its sleep ends; over once it
+    // sleeps again until its next period.
+    let pass = |at: SystemTime| rudder_harness::pass(&clock, at, PERIOD);
+    let alive = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.get_opt(name)
+                .await
+                .expect("get")
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+        }
+    };
+    rudder_harness::asleep_until(&clock, start + PERIOD, 0).await;
+    let missing = start + PERIOD;
+    pass(missing).await;
+    assert!(alive("stray").await && alive("saved").await, "quarantined");
+    // back comes back within the quarantine.
+    add_node(&c.admin, "back").await;
+    pass(missing + PERIOD).await;
+    assert!(
+        alive("stray").await && alive("saved").await,
+        "20 s missing: still quarantined"
+    );
+    pass(missing + QUARANTINE).await;
+    assert!(
+        pods.get_opt("stray").await.expect("get").is_none(),
+        "ghost missing for the whole quarantine: its pod is gone"
+    );
+    assert!(alive("saved").await, "back came back: its pod stays");
 }
