@@ -3,7 +3,10 @@
 //! completions and parallelism, Indexed Jobs, backoffLimit,
 //! podFailurePolicy, deadlines, suspend and resume, successPolicy,
 //! backoffLimitPerIndex and maxFailedIndexes, adoption and release of pods,
-//! TTL after finished — and no finished pod kept by its finalizer.
+//! TTL after finished — and no finished pod kept by its finalizer; and,
+//! with pods the stand-in holds terminating until it fails them on cue,
+//! podReplacementPolicy and a podFailurePolicy deciding on terminal pods
+//! only.
 
 mod support;
 
@@ -11,9 +14,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use rudder_harness::kubelet::Outcome;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use rudder_harness::kubelet::{Hold, Outcome};
 use serde_json::json;
 use support::{cluster_with_kubelet, until};
 
@@ -656,4 +659,196 @@ async fn orphans_the_selector_matches_are_adopted_and_relabelled_pods_released()
         free && replaced
     })
     .await;
+}
+
+/// Pods labelled `outcome: held` run Ready and, once deleted, stay
+/// terminating until `hold` fails them; the others as `by_label` says.
+fn held_by_label(hold: Hold) -> rudder_harness::kubelet::Decide {
+    let others = by_label();
+    Arc::new(move |p: &Pod| {
+        let label = p.metadata.labels.as_ref()?.get("outcome")?;
+        if label == "held" {
+            Some(Outcome::Held(hold.clone()))
+        } else {
+            others(p)
+        }
+    })
+}
+
+/// A Job of `held` pods bound to node n1: the Job controller counts a
+/// deleted pod that never reached a node as failed at once.
+fn held_job(name: &str, spec: serde_json::Value) -> Job {
+    let mut j = job(name, "held", spec);
+    let template = j.spec.as_mut().expect("spec").template.spec.as_mut();
+    template.expect("pod spec").node_name = Some("n1".into());
+    j
+}
+
+async fn add_node(client: &Client, name: &str) {
+    let node: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create node");
+}
+
+/// The Job's pods not being deleted.
+async fn live_pods(client: &Client, job: &str) -> Vec<Pod> {
+    let mut pods = pods_of(client, job).await;
+    pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+    pods
+}
+
+/// The Job's one running pod, once it is Ready and counted.
+async fn running(api: &Api<Job>, client: &Client, job: &str) -> Pod {
+    rudder_harness::eventually(
+        &format!("{job}'s pod ready"),
+        std::time::Duration::from_secs(30),
+        || async {
+            let s = api.get(job).await.expect("get").status.unwrap_or_default();
+            let pods = live_pods(client, job).await;
+            let ready = pods
+                .iter()
+                .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+            (s.active == Some(1) && s.ready == Some(1) && pods.len() == 1 && ready)
+                .then(|| pods[0].clone())
+        },
+    )
+    .await
+}
+
+/// Waits until the Job's status counts (active, terminating, failed).
+async fn counted(api: &Api<Job>, job: &str, active: i32, terminating: i32, failed: i32) -> Job {
+    rudder_harness::eventually(
+        &format!("{job}: {active} active, {terminating} terminating, {failed} failed"),
+        std::time::Duration::from_secs(30),
+        || async {
+            let j = api.get(job).await.expect("get");
+            let s = j.status.clone().unwrap_or_default();
+            (s.active == Some(active)
+                && s.terminating == Some(terminating)
+                && s.failed == Some(failed))
+            .then_some(j)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_pod_replacement_policy_failed_a_pod_is_replaced_only_once_it_failed() {
+    let hold = Hold::new();
+    let c = cluster_with_kubelet(held_by_label(hold.clone())).await;
+    add_node(&c.admin, "n1").await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    api.create(
+        &PostParams::default(),
+        &held_job("patient", json!({"podReplacementPolicy": "Failed"})),
+    )
+    .await
+    .expect("create");
+    let old = running(&api, &c.admin, "patient").await.name_any();
+    pods.delete(&old, &DeleteParams::default())
+        .await
+        .expect("delete");
+    // Once the controller counts it terminating, it has decided: no
+    // replacement while it is.
+    let j = counted(&api, "patient", 0, 1, 0).await;
+    assert!(condition(&j, "FailureTarget").is_none());
+    let all = pods_of(&c.admin, "patient").await;
+    assert_eq!(all.len(), 1, "no replacement while the old pod terminates");
+    assert_eq!(
+        all[0].status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    // Its containers stopped: Failed, counted, replaced.
+    hold.fail("default", &old, 137);
+    counted(&api, "patient", 1, 0, 1).await;
+    let fresh = live_pods(&c.admin, "patient").await;
+    assert_eq!(fresh.len(), 1);
+    assert_ne!(fresh[0].name_any(), old, "a new pod");
+
+    // The default, TerminatingOrFailed: replaced at once, the deleted pod
+    // counted failed while it still terminates.
+    api.create(&PostParams::default(), &held_job("eager", json!({})))
+        .await
+        .expect("create");
+    let first = running(&api, &c.admin, "eager").await.name_any();
+    pods.delete(&first, &DeleteParams::default())
+        .await
+        .expect("delete");
+    counted(&api, "eager", 1, 1, 1).await;
+    let both = pods_of(&c.admin, "eager").await;
+    assert_eq!(both.len(), 2, "the replacement runs beside it");
+    hold.fail("default", &first, 137);
+    counted(&api, "eager", 1, 0, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_failure_policy_judges_a_deleted_pod_only_once_it_failed() {
+    let hold = Hold::new();
+    let c = cluster_with_kubelet(held_by_label(hold.clone())).await;
+    add_node(&c.admin, "n1").await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    // No failure allowed, but disruptions ignored; exit code 42 fails the
+    // Job. (A podFailurePolicy replaces only Failed pods, as upstream.)
+    let spec = json!({"backoffLimit": 0, "podFailurePolicy": {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}]}});
+    api.create(&PostParams::default(), &held_job("judged", spec))
+        .await
+        .expect("create");
+    let j = api.get("judged").await.expect("get");
+    assert_eq!(
+        j.spec.and_then(|s| s.pod_replacement_policy).as_deref(),
+        Some("Failed"),
+        "defaulted with a podFailurePolicy"
+    );
+
+    // Evicted: marked disrupted, then deleted.
+    let evicted = running(&api, &c.admin, "judged").await.name_any();
+    pods.patch_status(
+        &evicted,
+        &PatchParams::default(),
+        &Patch::Strategic(
+            json!({"status": {"conditions": [{"type": "DisruptionTarget",
+            "status": "True", "reason": "EvictionByEvictionAPI"}]}}),
+        ),
+    )
+    .await
+    .expect("disrupted");
+    pods.delete(&evicted, &DeleteParams::default())
+        .await
+        .expect("delete");
+    // Terminating, it is neither a failure past the limit of 0 nor yet an
+    // ignored one to replace.
+    let j = counted(&api, "judged", 0, 1, 0).await;
+    assert!(condition(&j, "FailureTarget").is_none());
+    assert_eq!(pods_of(&c.admin, "judged").await.len(), 1, "not replaced");
+    // Failed, still disrupted: ignored, so replaced and not counted.
+    hold.fail("default", &evicted, 137);
+    let j = counted(&api, "judged", 1, 0, 0).await;
+    assert!(condition(&j, "FailureTarget").is_none(), "ignored");
+
+    // Deleted again, no disruption: undecided while it terminates...
+    let second = running(&api, &c.admin, "judged").await.name_any();
+    pods.delete(&second, &DeleteParams::default())
+        .await
+        .expect("delete");
+    let j = counted(&api, "judged", 0, 1, 0).await;
+    assert!(condition(&j, "FailureTarget").is_none());
+    assert_eq!(live_pods(&c.admin, "judged").await.len(), 0, "not replaced");
+    // ... then its exit code 42 fails the Job.
+    hold.fail("default", &second, 42);
+    let j = finished(&api, "judged", "Failed").await;
+    let (reason, message) = condition(&j, "Failed").expect("failed");
+    assert_eq!(reason, "PodFailurePolicy");
+    assert_eq!(
+        message,
+        format!(
+            "Container main for pod default/{second} failed with exit code 42 matching FailJob rule at index 1"
+        )
+    );
 }
