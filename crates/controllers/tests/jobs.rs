@@ -852,3 +852,93 @@ async fn a_pod_failure_policy_judges_a_deleted_pod_only_once_it_failed() {
         )
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminating_pod_does_not_make_a_running_one_surplus() {
+    // A work queue (no completions) of three, replacing only Failed pods.
+    let hold = Hold::new();
+    let c = cluster_with_kubelet(held_by_label(hold.clone())).await;
+    add_node(&c.admin, "n1").await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    api.create(
+        &PostParams::default(),
+        &held_job(
+            "queue",
+            json!({"parallelism": 3, "podReplacementPolicy": "Failed"}),
+        ),
+    )
+    .await
+    .expect("create");
+    let three = rudder_harness::eventually(
+        "three pods ready",
+        std::time::Duration::from_secs(30),
+        || async {
+            let s = api
+                .get("queue")
+                .await
+                .expect("get")
+                .status
+                .unwrap_or_default();
+            let names: Vec<String> = live_pods(&c.admin, "queue")
+                .await
+                .iter()
+                .map(|p| p.name_any())
+                .collect();
+            (s.ready == Some(3) && names.len() == 3).then_some(names)
+        },
+    )
+    .await;
+    let (gone, done, left) = (&three[0], &three[1], &three[2]);
+    pods.delete(gone, &DeleteParams::default())
+        .await
+        .expect("delete");
+    counted(&api, "queue", 2, 1, 0).await;
+    // One succeeds (the test plays its kubelet): a work queue starts no
+    // more pods and keeps those running — the terminating one does not
+    // make the last running one surplus (upstream removes only active pods
+    // beyond what it wants).
+    pods.patch_status(
+        done,
+        &PatchParams::default(),
+        &Patch::Strategic(
+            json!({"status": {"phase": "Succeeded", "containerStatuses": [
+            {"name": "main", "ready": false, "restartCount": 0, "image": "stand-in", "imageID": "",
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}),
+        ),
+    )
+    .await
+    .expect("succeeded");
+    // The pass that counts the success writes it last, after it has
+    // created or deleted what it wanted.
+    let j = rudder_harness::eventually(
+        "the success counted",
+        std::time::Duration::from_secs(30),
+        || async {
+            let j = api.get("queue").await.expect("get");
+            (j.status.as_ref().and_then(|s| s.succeeded) == Some(1)).then_some(j)
+        },
+    )
+    .await;
+    assert!(
+        condition(&j, "SuccessCriteriaMet").is_none(),
+        "one still runs"
+    );
+    let last = pods.get(left).await.expect("get");
+    assert!(
+        last.metadata.deletion_timestamp.is_none(),
+        "the running pod is kept"
+    );
+    assert_eq!(status_of(&j).active, Some(1));
+    hold.fail("default", gone, 137);
+    counted(&api, "queue", 1, 0, 1).await;
+    let mut names: Vec<String> = pods_of(&c.admin, "queue")
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    names.sort();
+    let mut kept = vec![done.clone(), left.clone()];
+    kept.sort();
+    assert_eq!(names, kept, "the failed pod not replaced");
+}
