@@ -737,8 +737,11 @@ async fn counted(api: &Api<Job>, job: &str, active: i32, terminating: i32, faile
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_pod_replacement_policy_failed_a_pod_is_replaced_only_once_it_failed() {
+    // On a fake clock: a failure's replacement waits out a 10 s backoff.
     let hold = Hold::new();
-    let c = cluster_with_kubelet(held_by_label(hold.clone())).await;
+    let c = support::cluster_with_fake_clock(held_by_label(hold.clone())).await;
+    let clock = c.plane.fake_clock().expect("fake");
+    let backoff = std::time::Duration::from_secs(10);
     add_node(&c.admin, "n1").await;
     let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
@@ -762,15 +765,18 @@ async fn with_pod_replacement_policy_failed_a_pod_is_replaced_only_once_it_faile
         all[0].status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Running")
     );
-    // Its containers stopped: Failed, counted, replaced.
+    // Its containers stopped: Failed, counted, and replaced after the
+    // failure backoff.
     hold.fail("default", &old, 137);
+    counted(&api, "patient", 0, 0, 1).await;
+    clock.advance(backoff);
     counted(&api, "patient", 1, 0, 1).await;
     let fresh = live_pods(&c.admin, "patient").await;
     assert_eq!(fresh.len(), 1);
     assert_ne!(fresh[0].name_any(), old, "a new pod");
 
-    // The default, TerminatingOrFailed: replaced at once, the deleted pod
-    // counted failed while it still terminates.
+    // The default, TerminatingOrFailed: the deleted pod counted failed at
+    // once, and replaced (after the backoff) while it still terminates.
     api.create(&PostParams::default(), &held_job("eager", json!({})))
         .await
         .expect("create");
@@ -778,6 +784,8 @@ async fn with_pod_replacement_policy_failed_a_pod_is_replaced_only_once_it_faile
     pods.delete(&first, &DeleteParams::default())
         .await
         .expect("delete");
+    counted(&api, "eager", 0, 1, 1).await;
+    clock.advance(backoff);
     counted(&api, "eager", 1, 1, 1).await;
     let both = pods_of(&c.admin, "eager").await;
     assert_eq!(both.len(), 2, "the replacement runs beside it");
