@@ -69,8 +69,11 @@ async fn backed_off(clock: &rudder_runtime::clock::FakeClock, mark: u64) {
     .await
 }
 
-/// Waits until the lease was renewed at `since` or later.
-async fn until_renewed_since(api: &Api<Lease>, since: std::time::SystemTime) {
+/// Waits until the leader keeps pace with the clock: it renewed the lease
+/// less than a retry period ago and sleeps until its next renewal, a
+/// retry period after the last (so moving the clock on cannot catch it
+/// between the two).
+async fn renewing(clock: &rudder_runtime::clock::FakeClock, api: &Api<Lease>) {
     rudder_harness::eventually("the leader renewing", Duration::from_secs(30), || async {
         let renewed = api
             .get("kube-controller-manager")
@@ -79,7 +82,8 @@ async fn until_renewed_since(api: &Api<Lease>, since: std::time::SystemTime) {
             .spec
             .and_then(|s| s.renew_time)
             .map(|t| std::time::SystemTime::from(t.0))?;
-        (renewed > since).then_some(())
+        let next = renewed + RETRY;
+        (next > clock.now() && clock.sleepers_since(0).contains(&next)).then_some(())
     })
     .await
 }
@@ -99,10 +103,10 @@ async fn one_manager_leads_and_another_takes_over() {
     // lease's 15 s, waiting for a's renewal to keep pace: a stays the
     // leader.
     for _ in 0..30 {
+        renewing(&clock, &leases).await;
         clock.advance(Duration::from_secs(1));
-        let now = clock.now();
-        until_renewed_since(&leases, now - RETRY).await;
     }
+    renewing(&clock, &leases).await;
     assert_eq!(holder(&leases).await.as_deref(), Some("a"));
     let lease = leases.get("kube-controller-manager").await.expect("lease");
     let spec = lease.spec.expect("spec");
