@@ -132,6 +132,12 @@ async fn one_manager_leads_and_another_takes_over() {
     let mark = clock.mark();
     let c = tokio::spawn(manager(&plane, "c").run(stop_c.clone()));
     backed_off(&clock, mark).await;
+    assert_eq!(holder(&leases).await.as_deref(), Some("b"));
+    // 14 s on, the lease unrenewed all that time but not for its 15 s: c
+    // tries again and backs off again.
+    let mark = clock.mark();
+    clock.advance(Duration::from_secs(14));
+    backed_off(&clock, mark).await;
     assert_eq!(
         holder(&leases).await.as_deref(),
         Some("b"),
