@@ -3,9 +3,10 @@
 //!
 //! - finished pods (Succeeded or Failed) beyond the threshold
 //!   (`--terminated-pod-gc-threshold`, 12,500) are deleted, oldest first;
-//! - pods bound to a node that no longer exists (checked live after a
-//!   20-second quarantine) are marked Failed with a `DisruptionTarget`
-//!   condition and deleted at once;
+//! - pods bound to a node that no longer exists (missing for a 40-second
+//!   quarantine, then checked live) are marked Failed with a
+//!   `DisruptionTarget` condition and deleted at once; a node back within
+//!   the quarantine keeps its pods;
 //! - pods being deleted that never reached a node are deleted at once:
 //!   no kubelet will finish them.
 
@@ -27,7 +28,7 @@ use crate::is_status;
 pub const PERIOD: Duration = Duration::from_secs(20);
 /// How long a node must stay missing before its pods go
 /// (upstream's `quarantineTime`).
-pub const QUARANTINE: Duration = Duration::from_secs(20);
+pub const QUARANTINE: Duration = Duration::from_secs(40);
 
 /// Runs the pod garbage collector until `stop` fires.
 pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {

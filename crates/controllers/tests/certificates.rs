@@ -5,8 +5,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -146,7 +144,21 @@ async fn an_approved_client_request_is_issued_by_the_cluster_ca() {
             .unwrap_or_default()
             .contains(&"system:masters".to_string())
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A request made after it and approved: the signer, one worker taking
+    // requests in the order they came, has dealt with alice's once it has
+    // issued this one.
+    create(
+        &c.admin,
+        "probe",
+        "kubernetes.io/kube-apiserver-client",
+        &request_pem("probe", None),
+        &["client auth"],
+        json!({}),
+    )
+    .await
+    .expect("create");
+    approve(&api, "probe").await;
+    issued(&api, "probe").await;
     assert_eq!(
         certificate(&api.get("alice").await.expect("get")),
         None,

@@ -42,14 +42,19 @@ async fn a_cronjob_starts_a_job_each_minute_and_keeps_its_history_limit() {
                 "containers": [{"name": "c", "image": "busybox"}]}}}}}
     }))
     .expect("cronjob");
-    api.create(&PostParams::default(), &cj)
+    let created = api
+        .create(&PostParams::default(), &cj)
         .await
         .expect("create");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        jobs(&c.admin).await.is_empty(),
-        "nothing before the first minute"
-    );
+    let first_minute = created
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .expect("created")
+        .0
+        .as_second()
+        / 60
+        + 1;
     let mut seen: Vec<String> = Vec::new();
     for run in 1..=3usize {
         clock.advance(Duration::from_secs(60));
@@ -65,6 +70,10 @@ async fn a_cronjob_starts_a_job_each_minute_and_keeps_its_history_limit() {
             },
         )
         .await;
+        if run == 1 {
+            // Nothing before the first minute: the one Job is that minute's.
+            assert_eq!(fresh, format!("tick-{first_minute}"));
+        }
         seen.push(fresh);
     }
     let all = jobs(&c.admin).await;
@@ -95,18 +104,47 @@ async fn a_cronjob_starts_a_job_each_minute_and_keeps_its_history_limit() {
     })
     .await;
 
-    // Suspended: the next minute starts nothing.
+    // Suspended, keeping one finished Job fewer: history is cleaned up at
+    // every sync, suspended or not, so once the oldest Job is gone the
+    // controller has the suspended spec.
+    let scheduled = |cj: CronJob| cj.status.and_then(|s| s.last_schedule_time);
+    let last = scheduled(api.get("tick").await.expect("get"));
     api.patch(
         "tick",
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": true}})),
+        &Patch::Merge(json!({"spec": {"suspend": true, "successfulJobsHistoryLimit": 1}})),
     )
     .await
     .expect("suspend");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before: Vec<String> = jobs(&c.admin).await.iter().map(|j| j.name_any()).collect();
+    until("one finished job kept", || async {
+        jobs(&c.admin).await.len() == 1
+    })
+    .await;
+    // The next minute passes: a Job would be due.
     clock.advance(Duration::from_secs(60));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let after: Vec<String> = jobs(&c.admin).await.iter().map(|j| j.name_any()).collect();
-    assert_eq!(before, after, "no job while suspended");
+    // A change made after it: once its cleanup shows, the controller has
+    // synced past the due time, suspended. A Job started then would have
+    // been made before that cleanup, and its time written as the last
+    // scheduled one.
+    api.patch(
+        "tick",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"successfulJobsHistoryLimit": 0}})),
+    )
+    .await
+    .expect("keep none");
+    until("the last finished job cleaned up", || async {
+        !jobs(&c.admin)
+            .await
+            .iter()
+            .any(|j| seen.contains(&j.name_any()))
+    })
+    .await;
+    let left: Vec<String> = jobs(&c.admin).await.iter().map(|j| j.name_any()).collect();
+    assert_eq!(left, Vec::<String>::new(), "no job while suspended");
+    assert_eq!(
+        scheduled(api.get("tick").await.expect("get")),
+        last,
+        "nothing scheduled while suspended"
+    );
 }

@@ -2,8 +2,11 @@
 //! finishing each pod as its `outcome` label (or its index) says:
 //! completions and parallelism, Indexed Jobs, backoffLimit,
 //! podFailurePolicy, deadlines, suspend and resume, successPolicy,
-//! backoffLimitPerIndex and maxFailedIndexes, adoption and release of pods
-//! — and no finished pod kept by its finalizer.
+//! backoffLimitPerIndex and maxFailedIndexes, adoption and release of pods,
+//! TTL after finished — and no finished pod kept by its finalizer; and,
+//! with pods the stand-in holds terminating until it fails them on cue,
+//! podReplacementPolicy and a podFailurePolicy deciding on terminal pods
+//! only.
 
 mod support;
 
@@ -11,9 +14,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use rudder_harness::kubelet::Outcome;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use rudder_harness::kubelet::{Hold, Outcome};
 use serde_json::json;
 use support::{cluster_with_kubelet, until};
 
@@ -298,18 +301,29 @@ async fn deadlines_and_suspension() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_finished_job_goes_after_its_ttl_and_pods_on_lost_nodes_go() {
+async fn a_finished_job_goes_after_its_ttl() {
     let c = support::cluster_with_fake_clock(by_label()).await;
     let clock = c.plane.fake_clock().expect("fake");
     let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let mark = clock.mark();
     api.create(
         &PostParams::default(),
         &job("brief", "succeed", json!({"ttlSecondsAfterFinished": 30})),
     )
     .await
     .expect("create");
-    finished(&api, "brief", "Complete").await;
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let j = finished(&api, "brief", "Complete").await;
+    let done = j
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Complete"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| std::time::SystemTime::from(t.0))
+        .expect("finished at");
+    // The TTL controller has looked at the finished Job once it waits
+    // (its queue asleep) until 30 s after the Job finished.
+    rudder_harness::asleep_until(&clock, done + std::time::Duration::from_secs(30), mark).await;
     assert!(
         api.get_opt("brief").await.expect("get").is_some(),
         "kept until its TTL"
@@ -318,26 +332,6 @@ async fn a_finished_job_goes_after_its_ttl_and_pods_on_lost_nodes_go() {
     until("the job and its pods are gone", || async {
         api.get_opt("brief").await.expect("get").is_none()
             && pods_of(&c.admin, "brief").await.is_empty()
-    })
-    .await;
-
-    // A pod bound to a node that does not exist.
-    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
-    let stray: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "stray"},
-        "spec": {"nodeName": "ghost", "containers": [{"name": "c", "image": "busybox"}]}
-    }))
-    .expect("pod");
-    pods.create(&PostParams::default(), &stray)
-        .await
-        .expect("create");
-    // Seen missing at one pass, gone after the quarantine.
-    for _ in 0..3 {
-        clock.advance(std::time::Duration::from_secs(21));
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    until("the pod on the lost node is gone", || async {
-        pods.get_opt("stray").await.expect("get").is_none()
     })
     .await;
 }
@@ -385,6 +379,7 @@ async fn an_index_out_of_retries_fails_alone_and_then_the_job() {
     let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
     let spec = json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
         "backoffLimitPerIndex": 1});
+    let mark = clock.mark();
     api.create(&PostParams::default(), &job("flaky", "succeed", spec))
         .await
         .expect("create");
@@ -411,7 +406,41 @@ async fn an_index_out_of_retries_fails_alone_and_then_the_job() {
         },
     )
     .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let failed_at = pods_of(&c.admin, "flaky")
+        .await
+        .iter()
+        .filter(|p| annotation(p, INDEX) == Some("1"))
+        .find_map(|p| {
+            let status = p.status.as_ref()?.container_statuses.as_ref()?;
+            let finished = status[0]
+                .state
+                .as_ref()?
+                .terminated
+                .as_ref()?
+                .finished_at
+                .as_ref()?;
+            Some(std::time::SystemTime::from(finished.0))
+        })
+        .expect("index 1 finished");
+    // A second before index 1's 10 s backoff is over (a retry of a write
+    // that conflicted, waiting on the fake clock, has run by then), the Job
+    // controller waits, its queue asleep, until the backoff's end.
+    let over = failed_at + std::time::Duration::from_secs(10);
+    let now = rudder_api::time::Clock::now(&*clock);
+    clock.advance(
+        (over - std::time::Duration::from_secs(1))
+            .duration_since(now)
+            .expect("forward"),
+    );
+    rudder_harness::eventually(
+        "the Job controller waiting out the backoff (or retrying)",
+        std::time::Duration::from_secs(30),
+        || async {
+            let waiting = clock.sleepers_since(mark).contains(&over);
+            (waiting || pods_of(&c.admin, "flaky").await.len() > 3).then_some(())
+        },
+    )
+    .await;
     let j = api.get("flaky").await.expect("get");
     assert_eq!(status_of(&j).failed_indexes.as_deref(), Some(""));
     assert!(condition(&j, "FailureTarget").is_none());
@@ -431,7 +460,7 @@ async fn an_index_out_of_retries_fails_alone_and_then_the_job() {
             .any(|f| f == "batch.kubernetes.io/job-tracking"),
         "the failure is kept until its replacement exists"
     );
-    clock.advance(std::time::Duration::from_secs(11));
+    clock.advance(std::time::Duration::from_secs(2));
     let j = finished(&api, "flaky", "Failed").await;
     assert_eq!(
         condition(&j, "Failed"),
@@ -630,4 +659,294 @@ async fn orphans_the_selector_matches_are_adopted_and_relabelled_pods_released()
         free && replaced
     })
     .await;
+}
+
+/// Pods labelled `outcome: held` run Ready and, once deleted, stay
+/// terminating until `hold` fails them; the others as `by_label` says.
+fn held_by_label(hold: Hold) -> rudder_harness::kubelet::Decide {
+    let others = by_label();
+    Arc::new(move |p: &Pod| {
+        let label = p.metadata.labels.as_ref()?.get("outcome")?;
+        if label == "held" {
+            Some(Outcome::Held(hold.clone()))
+        } else {
+            others(p)
+        }
+    })
+}
+
+/// A Job of `held` pods bound to node n1: the Job controller counts a
+/// deleted pod that never reached a node as failed at once.
+fn held_job(name: &str, spec: serde_json::Value) -> Job {
+    let mut j = job(name, "held", spec);
+    let template = j.spec.as_mut().expect("spec").template.spec.as_mut();
+    template.expect("pod spec").node_name = Some("n1".into());
+    j
+}
+
+async fn add_node(client: &Client, name: &str) {
+    let node: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create node");
+}
+
+/// The Job's pods not being deleted.
+async fn live_pods(client: &Client, job: &str) -> Vec<Pod> {
+    let mut pods = pods_of(client, job).await;
+    pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+    pods
+}
+
+/// The Job's one running pod, once it is Ready and counted.
+async fn running(api: &Api<Job>, client: &Client, job: &str) -> Pod {
+    rudder_harness::eventually(
+        &format!("{job}'s pod ready"),
+        std::time::Duration::from_secs(30),
+        || async {
+            let s = api.get(job).await.expect("get").status.unwrap_or_default();
+            let pods = live_pods(client, job).await;
+            let ready = pods
+                .iter()
+                .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+            (s.active == Some(1) && s.ready == Some(1) && pods.len() == 1 && ready)
+                .then(|| pods[0].clone())
+        },
+    )
+    .await
+}
+
+/// Waits until the Job's status counts (active, terminating, failed).
+async fn counted(api: &Api<Job>, job: &str, active: i32, terminating: i32, failed: i32) -> Job {
+    rudder_harness::eventually(
+        &format!("{job}: {active} active, {terminating} terminating, {failed} failed"),
+        std::time::Duration::from_secs(30),
+        || async {
+            let j = api.get(job).await.expect("get");
+            let s = j.status.clone().unwrap_or_default();
+            (s.active == Some(active)
+                && s.terminating == Some(terminating)
+                && s.failed == Some(failed))
+            .then_some(j)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_pod_replacement_policy_failed_a_pod_is_replaced_only_once_it_failed() {
+    // On a fake clock: a failure's replacement waits out a 10 s backoff.
+    let hold = Hold::new();
+    let c = support::cluster_with_fake_clock(held_by_label(hold.clone())).await;
+    let clock = c.plane.fake_clock().expect("fake");
+    let backoff = std::time::Duration::from_secs(10);
+    add_node(&c.admin, "n1").await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    api.create(
+        &PostParams::default(),
+        &held_job("patient", json!({"podReplacementPolicy": "Failed"})),
+    )
+    .await
+    .expect("create");
+    let old = running(&api, &c.admin, "patient").await.name_any();
+    pods.delete(&old, &DeleteParams::default())
+        .await
+        .expect("delete");
+    // Once the controller counts it terminating, it has decided: no
+    // replacement while it is.
+    let j = counted(&api, "patient", 0, 1, 0).await;
+    assert!(condition(&j, "FailureTarget").is_none());
+    let all = pods_of(&c.admin, "patient").await;
+    assert_eq!(all.len(), 1, "no replacement while the old pod terminates");
+    assert_eq!(
+        all[0].status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    // Its containers stopped: Failed, counted, and replaced after the
+    // failure backoff.
+    hold.fail("default", &old, 137);
+    counted(&api, "patient", 0, 0, 1).await;
+    clock.advance(backoff);
+    counted(&api, "patient", 1, 0, 1).await;
+    let fresh = live_pods(&c.admin, "patient").await;
+    assert_eq!(fresh.len(), 1);
+    assert_ne!(fresh[0].name_any(), old, "a new pod");
+
+    // The default, TerminatingOrFailed: the deleted pod counted failed at
+    // once, and replaced (after the backoff) while it still terminates.
+    api.create(&PostParams::default(), &held_job("eager", json!({})))
+        .await
+        .expect("create");
+    let first = running(&api, &c.admin, "eager").await.name_any();
+    pods.delete(&first, &DeleteParams::default())
+        .await
+        .expect("delete");
+    counted(&api, "eager", 0, 1, 1).await;
+    clock.advance(backoff);
+    counted(&api, "eager", 1, 1, 1).await;
+    let both = pods_of(&c.admin, "eager").await;
+    assert_eq!(both.len(), 2, "the replacement runs beside it");
+    hold.fail("default", &first, 137);
+    counted(&api, "eager", 1, 0, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_failure_policy_judges_a_deleted_pod_only_once_it_failed() {
+    let hold = Hold::new();
+    let c = cluster_with_kubelet(held_by_label(hold.clone())).await;
+    add_node(&c.admin, "n1").await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    // No failure allowed, but disruptions ignored; exit code 42 fails the
+    // Job. (A podFailurePolicy replaces only Failed pods, as upstream.)
+    let spec = json!({"backoffLimit": 0, "podFailurePolicy": {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}]}});
+    api.create(&PostParams::default(), &held_job("judged", spec))
+        .await
+        .expect("create");
+    let j = api.get("judged").await.expect("get");
+    assert_eq!(
+        j.spec.and_then(|s| s.pod_replacement_policy).as_deref(),
+        Some("Failed"),
+        "defaulted with a podFailurePolicy"
+    );
+
+    // Evicted: marked disrupted, then deleted.
+    let evicted = running(&api, &c.admin, "judged").await.name_any();
+    pods.patch_status(
+        &evicted,
+        &PatchParams::default(),
+        &Patch::Strategic(
+            json!({"status": {"conditions": [{"type": "DisruptionTarget",
+            "status": "True", "reason": "EvictionByEvictionAPI"}]}}),
+        ),
+    )
+    .await
+    .expect("disrupted");
+    pods.delete(&evicted, &DeleteParams::default())
+        .await
+        .expect("delete");
+    // Terminating, it is neither a failure past the limit of 0 nor yet an
+    // ignored one to replace.
+    let j = counted(&api, "judged", 0, 1, 0).await;
+    assert!(condition(&j, "FailureTarget").is_none());
+    assert_eq!(pods_of(&c.admin, "judged").await.len(), 1, "not replaced");
+    // Failed, still disrupted: ignored, so replaced and not counted.
+    hold.fail("default", &evicted, 137);
+    let j = counted(&api, "judged", 1, 0, 0).await;
+    assert!(condition(&j, "FailureTarget").is_none(), "ignored");
+
+    // Deleted again, no disruption: undecided while it terminates...
+    let second = running(&api, &c.admin, "judged").await.name_any();
+    pods.delete(&second, &DeleteParams::default())
+        .await
+        .expect("delete");
+    let j = counted(&api, "judged", 0, 1, 0).await;
+    assert!(condition(&j, "FailureTarget").is_none());
+    assert_eq!(live_pods(&c.admin, "judged").await.len(), 0, "not replaced");
+    // ... then its exit code 42 fails the Job.
+    hold.fail("default", &second, 42);
+    let j = finished(&api, "judged", "Failed").await;
+    let (reason, message) = condition(&j, "Failed").expect("failed");
+    assert_eq!(reason, "PodFailurePolicy");
+    assert_eq!(
+        message,
+        format!(
+            "Container main for pod default/{second} failed with exit code 42 matching FailJob rule at index 1"
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminating_pod_does_not_make_a_running_one_surplus() {
+    // A work queue (no completions) of three, replacing only Failed pods.
+    let hold = Hold::new();
+    let c = cluster_with_kubelet(held_by_label(hold.clone())).await;
+    add_node(&c.admin, "n1").await;
+    let api: Api<Job> = Api::namespaced(c.admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+    api.create(
+        &PostParams::default(),
+        &held_job(
+            "queue",
+            json!({"parallelism": 3, "podReplacementPolicy": "Failed"}),
+        ),
+    )
+    .await
+    .expect("create");
+    let three = rudder_harness::eventually(
+        "three pods ready",
+        std::time::Duration::from_secs(30),
+        || async {
+            let s = api
+                .get("queue")
+                .await
+                .expect("get")
+                .status
+                .unwrap_or_default();
+            let names: Vec<String> = live_pods(&c.admin, "queue")
+                .await
+                .iter()
+                .map(|p| p.name_any())
+                .collect();
+            (s.ready == Some(3) && names.len() == 3).then_some(names)
+        },
+    )
+    .await;
+    let (gone, done, left) = (&three[0], &three[1], &three[2]);
+    pods.delete(gone, &DeleteParams::default())
+        .await
+        .expect("delete");
+    counted(&api, "queue", 2, 1, 0).await;
+    // One succeeds (the test plays its kubelet): a work queue starts no
+    // more pods and keeps those running — the terminating one does not
+    // make the last running one surplus (upstream removes only active pods
+    // beyond what it wants).
+    pods.patch_status(
+        done,
+        &PatchParams::default(),
+        &Patch::Strategic(
+            json!({"status": {"phase": "Succeeded", "containerStatuses": [
+            {"name": "main", "ready": false, "restartCount": 0, "image": "stand-in", "imageID": "",
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}),
+        ),
+    )
+    .await
+    .expect("succeeded");
+    // The pass that counts the success writes it last, after it has
+    // created or deleted what it wanted.
+    let j = rudder_harness::eventually(
+        "the success counted",
+        std::time::Duration::from_secs(30),
+        || async {
+            let j = api.get("queue").await.expect("get");
+            (j.status.as_ref().and_then(|s| s.succeeded) == Some(1)).then_some(j)
+        },
+    )
+    .await;
+    assert!(
+        condition(&j, "SuccessCriteriaMet").is_none(),
+        "one still runs"
+    );
+    let last = pods.get(left).await.expect("get");
+    assert!(
+        last.metadata.deletion_timestamp.is_none(),
+        "the running pod is kept"
+    );
+    assert_eq!(status_of(&j).active, Some(1));
+    hold.fail("default", gone, 137);
+    counted(&api, "queue", 1, 0, 1).await;
+    let mut names: Vec<String> = pods_of(&c.admin, "queue")
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    names.sort();
+    let mut kept = vec![done.clone(), left.clone()];
+    kept.sort();
+    assert_eq!(names, kept, "the failed pod not replaced");
 }

@@ -1,5 +1,8 @@
-//! Node IPAM against a real API server: each Node gets its own /24 of the
-//! cluster CIDR, and a deleted Node's range goes to the next one.
+//! The controllers that look after Nodes, against a real API server: node
+//! IPAM (each Node its own /24 of the cluster CIDR, a deleted Node's range
+//! to the next one), DaemonSets, node lifecycle (a silent node Unknown,
+//! tainted, its pods evicted; on a fake clock) and the pod collector's
+//! quarantine of pods whose node is missing.
 
 mod support;
 
@@ -55,7 +58,7 @@ async fn every_node_gets_a_range_of_its_own() {
         .delete("a", &DeleteParams::default())
         .await
         .expect("delete");
-    until("a's range is free", || async {
+    until("a is gone", || async {
         Api::<Node>::all(c.admin.clone())
             .get_opt("a")
             .await
@@ -63,7 +66,8 @@ async fn every_node_gets_a_range_of_its_own() {
             .is_none()
     })
     .await;
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // c is made after a's deletion, so IPAM's one watch of Nodes brings
+    // it after a's Deleted event, which frees a's range first.
     add_node(&c.admin, "c").await;
     until("c gets the freed range", || async {
         pod_cidr(&c.admin, "c").await.as_ref() == Some(&a)
@@ -186,25 +190,65 @@ async fn a_daemonset_runs_one_pod_per_fitting_node_and_rolls_out() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_node_becomes_unknown_tainted_and_its_pods_go_after_five_minutes() {
-    use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{Patch, PatchParams};
-    use std::time::Duration;
-    let c = support::cluster_with_fake_clock(std::sync::Arc::new(|_: &Pod| None)).await;
-    let clock = c.plane.fake_clock().expect("fake");
-    let nodes: Api<Node> = Api::all(c.admin.clone());
-    add_node(&c.admin, "lost").await;
-    let now = {
-        use rudder_api::time::Clock as _;
-        jiff::Timestamp::try_from(clock.now()).expect("time")
-    };
+/// The node.kubernetes.io taints the node lifecycle controller sets on
+/// `name`, as (key, effect, timeAdded).
+async fn managed_taints(
+    nodes: &Api<Node>,
+    name: &str,
+) -> Vec<(String, String, Option<std::time::SystemTime>)> {
     nodes
-        .patch_status("lost", &PatchParams::default(), &Patch::Merge(json!({"status": {"conditions": [
-            {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": now, "lastTransitionTime": now}]}})))
+        .get(name)
         .await
-        .expect("ready");
-    let pods: Api<Pod> = Api::namespaced(c.admin.clone(), "default");
+        .expect("get")
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key.starts_with("node.kubernetes.io/"))
+        .map(|t| (t.key, t.effect, t.time_added.map(|at| at.0.into())))
+        .collect()
+}
+
+/// The status and reason of `name`'s Ready condition.
+async fn readiness(nodes: &Api<Node>, name: &str) -> (String, Option<String>) {
+    nodes
+        .get(name)
+        .await
+        .expect("get")
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status, c.reason))
+        .expect("a Ready condition")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_silent_past_fifty_seconds_becomes_unknown_then_tainted_and_its_pods_go_after_five_minutes()
+ {
+    use k8s_openapi::api::core::v1::Pod;
+    use rudder_api::time::Clock as _;
+    use rudder_controllers::nodelifecycle::{GRACE_PERIOD, MONITOR_PERIOD};
+    use std::time::{Duration, SystemTime};
+
+    let plane = rudder_harness::ControlPlane::with_fake_clock().await;
+    let clock = plane.fake_clock().expect("fake");
+    let admin = plane.admin();
+    let start = clock.now();
+    // The node, with its kubelet's one heartbeat, and a pod bound to it
+    // exist before the controllers start: the node monitor's first pass
+    // (one period after the start) hears that heartbeat.
+    let stamp = jiff::Timestamp::try_from(start).expect("time");
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "lost"},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}}))
+    .expect("node");
+    Api::<Node>::all(admin.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create node");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let p: Pod = serde_json::from_value(json!({"metadata": {"name": "stranded"},
         "spec": {"nodeName": "lost", "containers": [{"name": "c", "image": "busybox"}]}}))
     .expect("pod");
@@ -224,67 +268,131 @@ async fn a_silent_node_becomes_unknown_tainted_and_its_pods_go_after_five_minute
         2,
         "not-ready and unreachable tolerated for 300 s by default"
     );
+    let c = support::start_on(plane, std::sync::Arc::new(|_: &Pod| None));
+    let nodes: Api<Node> = Api::all(c.admin.clone());
 
-    let step = |by: u64| {
-        let clock = clock.clone();
-        async move {
-            clock.advance(Duration::from_secs(by));
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
-    };
-    let unknown = || async {
-        nodes
-            .get("lost")
-            .await
-            .expect("get")
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| {
-                c.type_ == "Ready"
-                    && c.status == "Unknown"
-                    && c.reason.as_deref() == Some("NodeStatusUnknown")
-            })
-    };
-    for _ in 0..30 {
-        if unknown().await {
-            break;
-        }
-        step(5).await;
-    }
-    assert!(unknown().await, "no heartbeat for 50 s: Unknown");
-    until("unreachable taints", || async {
-        step(5).await;
-        let taints = nodes
-            .get("lost")
-            .await
-            .expect("get")
-            .spec
-            .and_then(|s| s.taints)
-            .unwrap_or_default();
-        ["NoSchedule", "NoExecute"].iter().all(|e| {
+    // A pass of the node monitor at `at`, when its sleep ends: over once
+    // the monitor sleeps again until its next period.
+    let pass = |at: SystemTime| rudder_harness::pass(&clock, at, MONITOR_PERIOD);
+    rudder_harness::asleep_until(&clock, start + MONITOR_PERIOD, 0).await;
+    // Silence counts from the pass that heard the heartbeat last
+    // (upstream's probeTimestamp), not from the heartbeat's own time.
+    let heard = start + MONITOR_PERIOD;
+    pass(heard).await;
+    // 50 s of silence is not yet past the grace period: still Ready.
+    pass(heard + GRACE_PERIOD).await;
+    assert_eq!(GRACE_PERIOD, Duration::from_secs(50), "upstream's default");
+    assert_eq!(
+        readiness(&nodes, "lost").await,
+        ("True".to_string(), Some("KubeletReady".to_string())),
+        "Ready at 50 s of silence"
+    );
+    assert_eq!(
+        managed_taints(&nodes, "lost").await,
+        [],
+        "untainted at 50 s"
+    );
+    // The next pass, 55 s: Unknown.
+    pass(heard + GRACE_PERIOD + MONITOR_PERIOD).await;
+    assert_eq!(
+        readiness(&nodes, "lost").await,
+        ("Unknown".to_string(), Some("NodeStatusUnknown".to_string())),
+        "Unknown once silent past 50 s"
+    );
+
+    // The taints follow from the Unknown condition at a later pass (the
+    // one whose cache shows it).
+    let mut at = heard + GRACE_PERIOD + MONITOR_PERIOD;
+    let tainted = loop {
+        assert!(
+            at < heard + GRACE_PERIOD + Duration::from_secs(60),
+            "no unreachable taints a minute after Unknown"
+        );
+        at += MONITOR_PERIOD;
+        pass(at).await;
+        let taints = managed_taints(&nodes, "lost").await;
+        let unreachable = |effect: &str| {
             taints
                 .iter()
-                .any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == *e)
-        })
-    })
-    .await;
+                .find(|(key, e, _)| key == "node.kubernetes.io/unreachable" && e == effect)
+                .cloned()
+        };
+        if let (Some(_), Some((_, _, added))) =
+            (unreachable("NoSchedule"), unreachable("NoExecute"))
+        {
+            assert_eq!(taints.len(), 2, "{taints:?}");
+            assert_eq!(added, Some(at), "added at the pass");
+            break at;
+        }
+    };
+    // The pod tolerates the NoExecute taint for its 300 s, no longer.
+    pass(tainted + Duration::from_secs(295)).await;
+    let p = pods.get("stranded").await.expect("get");
     assert!(
-        pods.get_opt("stranded").await.expect("get").is_some(),
-        "tolerated for now"
-    );
-    step(200).await;
-    assert!(
-        pods.get_opt("stranded").await.expect("get").is_some(),
+        p.metadata.deletion_timestamp.is_none(),
         "still within its 300 s"
     );
-    until("evicted after its toleration", || async {
-        step(30).await;
+    pass(tainted + Duration::from_secs(300)).await;
+    assert!(
         pods.get_opt("stranded")
             .await
             .expect("get")
-            .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
-    })
-    .await;
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "evicted once its toleration is over"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_on_a_missing_node_goes_after_forty_seconds_unless_the_node_comes_back() {
+    use k8s_openapi::api::core::v1::Pod;
+    use rudder_api::time::Clock as _;
+    use rudder_controllers::podgc::{PERIOD, QUARANTINE};
+    use std::time::{Duration, SystemTime};
+
+    assert_eq!(QUARANTINE, Duration::from_secs(40), "upstream's quarantine");
+    let plane = rudder_harness::ControlPlane::with_fake_clock().await;
+    let clock = plane.fake_clock().expect("fake");
+    let start = clock.now();
+    // Two pods bound to nodes that do not exist, made before the
+    // controllers start: the pod collector's first pass (one period after
+    // the start) finds both nodes missing.
+    let pods: Api<Pod> = Api::namespaced(plane.admin(), "default");
+    for (name, node) in [("stray", "ghost"), ("saved", "back")] {
+        let p: Pod = serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}))
+        .expect("pod");
+        pods.create(&PostParams::default(), &p)
+            .await
+            .expect("create");
+    }
+    let c = support::start_on(plane, std::sync::Arc::new(|_: &Pod| None));
+    // A pass of the collector at `at`, when its sleep ends; over once it
+    // sleeps again until its next period.
+    let pass = |at: SystemTime| rudder_harness::pass(&clock, at, PERIOD);
+    let alive = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.get_opt(name)
+                .await
+                .expect("get")
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+        }
+    };
+    rudder_harness::asleep_until(&clock, start + PERIOD, 0).await;
+    let missing = start + PERIOD;
+    pass(missing).await;
+    assert!(alive("stray").await && alive("saved").await, "quarantined");
+    // back comes back within the quarantine.
+    add_node(&c.admin, "back").await;
+    pass(missing + PERIOD).await;
+    assert!(
+        alive("stray").await && alive("saved").await,
+        "20 s missing: still quarantined"
+    );
+    pass(missing + QUARANTINE).await;
+    assert!(
+        pods.get_opt("stray").await.expect("get").is_none(),
+        "ghost missing for the whole quarantine: its pod is gone"
+    );
+    assert!(alive("saved").await, "back came back: its pod stays");
 }

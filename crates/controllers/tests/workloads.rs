@@ -335,11 +335,18 @@ async fn a_deployment_rolls_out_rolls_back_scales_and_pauses() {
             == Some("DeploymentPaused")
     })
     .await;
-    deployments
+    let changed = deployments
         .patch("app", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "busybox:3"}]}}}})))
         .await
         .expect("change while paused");
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // The controller has synced the new template once its status says it
+    // observed this generation; a rollout would have made its ReplicaSet
+    // before that status was written.
+    until("the paused change observed", || async {
+        let d = deployments.get("app").await.expect("get");
+        d.status.and_then(|s| s.observed_generation) >= changed.metadata.generation
+    })
+    .await;
     assert_eq!(
         replica_sets
             .list(&ListParams::default())

@@ -1,10 +1,12 @@
 //! A stand-in for the node agent, until there is one: it plays every node
 //! by writing the status a kubelet would once a pod's containers run —
-//! `Running`, `Ready` — and by finishing the graceful deletion of pods
-//! bound to a node. Controllers that wait for ready pods are tested with
-//! it; it runs no containers.
+//! `Running`, `Ready` — and by finishing the graceful deletion of pods:
+//! at once, or, for pods it [holds](Hold), only once the test says their
+//! containers stopped (the pod then Failed, as a kubelet reports it).
+//! Controllers that wait for ready pods, or for terminating pods to end,
+//! are tested with it; it runs no containers.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -17,7 +19,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// What the stand-in does to a pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Outcome {
     /// Running and Ready.
     Ready,
@@ -27,6 +29,53 @@ pub enum Outcome {
     Succeeded,
     /// Its containers exited with this (non-zero) code.
     Failed(i32),
+    /// Running and Ready; once deleted, held terminating — its
+    /// `deletionTimestamp` set, its phase unchanged, its containers
+    /// stopping — until the test fails it through the [`Hold`].
+    Held(Hold),
+}
+
+/// The pods of [`Outcome::Held`] the stand-in keeps terminating once
+/// deleted, and the test's cue to end them: a kubelet stops a deleted
+/// pod's containers, reports the pod Failed, and only then finishes its
+/// deletion.
+#[derive(Debug, Clone, Default)]
+pub struct Hold {
+    /// "namespace/name" of each pod cued, with its containers' exit code.
+    cues: Arc<Mutex<HashMap<String, i32>>>,
+    /// Bumped at each cue.
+    cued: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Hold {
+    pub fn new() -> Self {
+        Hold::default()
+    }
+
+    /// Ends pod `namespace/name` once it is deleted (at once if it is held
+    /// already): its containers exit with `exit_code`, its phase becomes
+    /// Failed, then its deletion is finished (with grace 0; finalizers
+    /// still keep it).
+    pub fn fail(&self, namespace: &str, name: &str, exit_code: i32) {
+        self.cues
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(format!("{namespace}/{name}"), exit_code);
+        self.cued.send_modify(|n| *n += 1);
+    }
+
+    /// The exit code pod `key` is to fail with, once cued.
+    async fn cue(&self, key: &str) -> i32 {
+        let mut cued = self.cued.subscribe();
+        loop {
+            if let Some(code) = self.cues.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
+                return *code;
+            }
+            if cued.changed().await.is_err() {
+                futures::future::pending::<()>().await;
+            }
+        }
+    }
 }
 
 /// Which outcome each new pod gets.
@@ -56,7 +105,9 @@ pub async fn play_nodes_in(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let done: Arc<Mutex<HashSet<String>>> = Arc::default();
+    // Each pod given an outcome, by uid; the held pods already deleted.
+    let mut decided: HashMap<String, Outcome> = HashMap::new();
+    let mut held: HashSet<String> = HashSet::new();
     // Each pod an address of its own, as a node's pod CIDR gives out.
     let mut next_ip: u32 = 1;
     let stream = watcher::watcher(pods.clone(), watcher::Config::default());
@@ -73,7 +124,33 @@ pub async fn play_nodes_in(
         };
         let namespace = pod.namespace().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let uid = pod.uid().unwrap_or_default();
         if pod.metadata.deletion_timestamp.is_some() {
+            if let Some(Outcome::Held(hold)) = decided.get(&uid) {
+                // Held until the test's cue: then Failed, then gone.
+                if held.insert(uid) {
+                    let (hold, clock, stop) = (hold.clone(), clock.clone(), stop.clone());
+                    let (key, name) = (format!("{namespace}/{}", pod.name_any()), pod.name_any());
+                    tokio::spawn(async move {
+                        let code = tokio::select! {
+                            _ = stop.cancelled() => return,
+                            code = hold.cue(&key) => code,
+                        };
+                        let now = rfc3339(&*clock);
+                        let patch = json!({ "status": failed_status(&pod, code, &now) });
+                        if let Err(error) = api
+                            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                            .await
+                        {
+                            eprintln!("stand-in kubelet: failing {name}: {error}");
+                        }
+                        let _ = api
+                            .delete(&name, &DeleteParams::default().grace_period(0))
+                            .await;
+                    });
+                }
+                continue;
+            }
             // The kubelet has stopped its containers: the pod may go.
             let api = api.clone();
             let name = pod.name_any();
@@ -86,24 +163,14 @@ pub async fn play_nodes_in(
         }
         // The API server makes every new pod Pending.
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        let uid = pod.uid().unwrap_or_default();
-        if phase.is_some_and(|p| p != "Pending")
-            || done
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&uid)
-        {
+        if phase.is_some_and(|p| p != "Pending") || decided.contains_key(&uid) {
             continue;
         }
         let Some(outcome) = decide(&pod) else {
             continue;
         };
-        done.lock().unwrap_or_else(|e| e.into_inner()).insert(uid);
-        let seconds = clock
-            .now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let now = rudder_api::time::format_rfc3339(seconds);
+        decided.insert(uid, outcome.clone());
+        let now = rfc3339(&*clock);
         let ip = format!("10.42.{}.{}", next_ip / 250, next_ip % 250 + 1);
         next_ip += 1;
         let status = status_for(&pod, outcome, &now, &ip);
@@ -120,14 +187,50 @@ pub async fn play_nodes_in(
     }
 }
 
-fn status_for(pod: &Pod, outcome: Outcome, now: &str, ip: &str) -> serde_json::Value {
-    let containers: Vec<String> = pod
-        .spec
+/// The time on `clock`, as the API writes it.
+fn rfc3339(clock: &dyn Timer) -> String {
+    let seconds = clock
+        .now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    rudder_api::time::format_rfc3339(seconds)
+}
+
+fn container_names(pod: &Pod) -> Vec<String> {
+    pod.spec
         .as_ref()
         .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// What a kubelet reports of a deleted pod once its containers stopped,
+/// exiting with `code`: Failed, not Ready. A strategic merge patch: the
+/// pod's other conditions (a `DisruptionTarget`) stay.
+fn failed_status(pod: &Pod, code: i32, now: &str) -> serde_json::Value {
+    let statuses: Vec<serde_json::Value> = container_names(pod)
+        .iter()
+        .map(|name| {
+            json!({"name": name, "ready": false, "restartCount": 0, "image": "stand-in",
+                "imageID": "", "started": false,
+                "state": {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": now}}})
+        })
+        .collect();
+    json!({
+        "phase": "Failed",
+        "conditions": [
+            {"type": "ContainersReady", "status": "False", "lastTransitionTime": now},
+            {"type": "Ready", "status": "False", "lastTransitionTime": now},
+        ],
+        "containerStatuses": statuses,
+    })
+}
+
+fn status_for(pod: &Pod, outcome: Outcome, now: &str, ip: &str) -> serde_json::Value {
+    let containers = container_names(pod);
     let (phase, ready, state) = match outcome {
-        Outcome::Ready => ("Running", true, json!({"running": {"startedAt": now}})),
+        Outcome::Ready | Outcome::Held(_) => {
+            ("Running", true, json!({"running": {"startedAt": now}}))
+        }
         Outcome::NotReady => ("Running", false, json!({"running": {"startedAt": now}})),
         Outcome::Succeeded => (
             "Succeeded",

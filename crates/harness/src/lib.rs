@@ -179,6 +179,33 @@ where
     }
 }
 
+/// Waits (real time, at most 30 s) until a sleep on `clock` until
+/// `deadline` is asked for after `mark` (see [`FakeClock::mark`]): a loop
+/// that sleeps between passes — a periodic controller, a work queue's
+/// delayed keys — has finished the pass it was woken (or triggered) for
+/// and asked to be woken at `deadline`.
+pub async fn asleep_until(clock: &FakeClock, deadline: std::time::SystemTime, mark: u64) {
+    let at = rudder_api::time::format_rfc3339(rudder_api::time::unix_seconds(deadline));
+    eventually(
+        &format!("a sleep until {at}"),
+        Duration::from_secs(30),
+        || async { clock.sleepers_since(mark).contains(&deadline).then_some(()) },
+    )
+    .await
+}
+
+/// Moves `clock` forward to `at`, when a loop's sleep ends, and waits until
+/// that loop has done the pass it woke for: it asks to sleep until `at` +
+/// `period`.
+pub async fn pass(clock: &FakeClock, at: std::time::SystemTime, period: Duration) {
+    let mark = clock.mark();
+    let by = at
+        .duration_since(rudder_api::time::Clock::now(clock))
+        .expect("a pass in the future");
+    clock.advance(by);
+    asleep_until(clock, at + period, mark).await
+}
+
 /// Stops a child process as an operator would: SIGTERM, SIGKILL if it is
 /// still running 30 s later; its exit status.
 pub fn terminate(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {

@@ -57,12 +57,33 @@ async fn add_node(client: &Client, name: &str) {
 }
 
 fn pod(name: &str, scheduler: &str) -> Pod {
+    pod_of(name, scheduler, "1")
+}
+
+fn pod_of(name: &str, scheduler: &str, cpu: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {"schedulerName": scheduler, "containers": [{"name": "c", "image": "busybox:1",
-            "resources": {"requests": {"cpu": "1"}}}]},
+            "resources": {"requests": {"cpu": cpu}}}]},
     }))
     .expect("pod")
+}
+
+/// The message of the `PodScheduled=False` condition the scheduler writes
+/// once it tried the pod and no node fit.
+fn unschedulable_message(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })?
+        .message
+        .clone()
 }
 
 async fn bound(pods: &Api<Pod>, name: &str) -> String {
@@ -119,9 +140,16 @@ async fn each_pod_is_scheduled_by_the_profile_it_names() {
     // LeastAllocated: the default profile's pod goes to the emptier one.
     create(pod("spread", "default-scheduler")).await;
     assert_ne!(bound(&pods, "spread").await, first);
-    // Nobody's profile: left pending.
-    create(pod("orphan", "nobody")).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Nobody's profile: left pending. Both ask for more than a node has:
+    // a pod the scheduler tries is told so (PodScheduled=False) in its one
+    // loop before it tries one queued after it, the probe.
+    create(pod_of("orphan", "nobody", "8")).await;
+    create(pod_of("probe", "packer", "8")).await;
+    eventually("the probe tried", Duration::from_secs(20), || async {
+        unschedulable_message(&pods.get("probe").await.expect("get"))
+    })
+    .await;
     let orphan = pods.get("orphan").await.expect("get");
+    assert_eq!(unschedulable_message(&orphan), None, "not tried");
     assert_eq!(orphan.spec.and_then(|s| s.node_name), None);
 }

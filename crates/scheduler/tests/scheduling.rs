@@ -12,7 +12,7 @@ use rudder_harness::eventually;
 use serde_json::json;
 
 mod support;
-use support::{add_node, node_of, pod, start};
+use support::{add_node, node_of, pod, start, unschedulable_message};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_are_bound_where_they_fit_and_spread_by_score() {
@@ -154,33 +154,38 @@ async fn gated_pods_and_other_schedulers_pods_are_left_alone() {
     let admin = r.plane.admin();
     add_node(&admin, "n1", "4", json!({}), json!([])).await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
-    pods.create(
-        &PostParams::default(),
-        &pod(
-            "gated",
-            "100m",
-            json!({"schedulingGates": [{"name": "wait"}]}),
-        ),
-    )
-    .await
-    .expect("pod");
-    pods.create(
-        &PostParams::default(),
-        &pod("other", "100m", json!({"schedulerName": "someone-else"})),
-    )
-    .await
-    .expect("pod");
-    pods.create(&PostParams::default(), &pod("mine", "100m", json!({})))
-        .await
-        .expect("pod");
-    eventually("mine bound", Duration::from_secs(20), || async {
-        node_of(&pods.get("mine").await.expect("get"))
+    // Each asks for more than n1 has: a pod the scheduler tries is told so
+    // (PodScheduled=False, Unschedulable) in its one scheduling loop,
+    // before it tries any pod queued after it — the probe, made last.
+    for (name, extra) in [
+        ("gated", json!({"schedulingGates": [{"name": "wait"}]})),
+        ("other", json!({"schedulerName": "someone-else"})),
+        ("probe", json!({})),
+    ] {
+        pods.create(&PostParams::default(), &pod(name, "8", extra))
+            .await
+            .expect("pod");
+    }
+    let message = eventually("the probe tried", Duration::from_secs(20), || async {
+        unschedulable_message(&pods.get("probe").await.expect("get"))
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(node_of(&pods.get("gated").await.expect("get")), None);
-    assert_eq!(node_of(&pods.get("other").await.expect("get")), None);
-    // The gate removed: scheduled.
+    assert!(
+        message.starts_with("0/1 nodes are available: 1 Insufficient cpu."),
+        "{message}"
+    );
+    for name in ["gated", "other"] {
+        let p = pods.get(name).await.expect("get");
+        assert_eq!(unschedulable_message(&p), None, "{name} was not tried");
+        assert_eq!(node_of(&p), None, "{name}");
+    }
+    // A node that fits them joins: the probe is bound; the gate removed,
+    // so is the gated pod.
+    add_node(&admin, "n2", "16", json!({}), json!([])).await;
+    eventually("probe bound", Duration::from_secs(20), || async {
+        node_of(&pods.get("probe").await.expect("get"))
+    })
+    .await;
     pods.patch(
         "gated",
         &kube::api::PatchParams::default(),
@@ -188,10 +193,11 @@ async fn gated_pods_and_other_schedulers_pods_are_left_alone() {
     )
     .await
     .expect("ungate");
-    eventually(
+    let node = eventually(
         "gated bound once ungated",
         Duration::from_secs(20),
         || async { node_of(&pods.get("gated").await.expect("get")) },
     )
     .await;
+    assert_eq!(node, "n2");
 }

@@ -116,8 +116,27 @@ async fn a_late_claim_binds_to_the_local_volume_of_the_node_the_pod_lands_on() {
     )
     .await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
-    // Late binding: the claim waits for its pod.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Late binding: the claim waits for its pod, as the PV controller says
+    // once it has looked at the claim.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(admin.clone(), "default");
+    eventually(
+        "the claim waits for its first consumer",
+        Duration::from_secs(20),
+        || async {
+            events
+                .list(&kube::api::ListParams::default())
+                .await
+                .expect("events")
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("WaitForFirstConsumer")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("data")
+                })
+        },
+    )
+    .await;
     let waiting = claims.get("data").await.expect("claim");
     assert_eq!(
         waiting.status.and_then(|s| s.phase).as_deref(),

@@ -82,8 +82,10 @@ impl Controller {
             None if r.succeeded > 0 => r.active.len(),
             None => parallelism,
         };
-        let occupied = r.active.len() + waited.len();
-        if occupied > wanted {
+        // Only running pods beyond what is wanted go: pods still
+        // terminating hold their place against new ones, but never make a
+        // running one surplus (upstream's `manageJob`).
+        if r.active.len() > wanted {
             let mut surplus: Vec<Arc<Pod>> = r.active.to_vec();
             // Not ready, then newest, go first.
             surplus.sort_by(|a, b| {
@@ -92,11 +94,12 @@ impl Controller {
                     t(b).cmp(&t(a))
                 })
             });
-            surplus.truncate(occupied - wanted);
+            surplus.truncate(r.active.len() - wanted);
             self.remove_pods(r.job, &surplus).await?;
             return Ok(Action::Done);
         }
-        if occupied == wanted || !self.expectations.satisfied(r.key, |k| self.seen(k)) {
+        let occupied = r.active.len() + waited.len();
+        if occupied >= wanted || !self.expectations.satisfied(r.key, |k| self.seen(k)) {
             return Ok(Action::Done);
         }
         let count = (wanted - occupied).min(MAX_PER_SYNC);

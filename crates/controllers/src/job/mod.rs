@@ -355,6 +355,9 @@ impl Controller {
             .chain(&tally.failed)
             .cloned()
             .collect();
+        // What an earlier pass listed was taken into the backoff record
+        // when it was listed.
+        let (listed_succeeded, listed_failed) = (tally.succeeded.len(), tally.failed.len());
         // Pods that finished or run, not yet counted.
         let fresh: Vec<&Arc<Pod>> = pods
             .iter()
@@ -476,18 +479,18 @@ impl Controller {
             let written = self.write_status(&current, status.clone()).await?;
             status = written.status.clone().unwrap_or_default();
             current = Arc::new(written);
+            // With backoffLimitPerIndex, each index keeps its own backoff.
+            if !per_index {
+                self.record_finished(
+                    key,
+                    tally.succeeded.len() - listed_succeeded,
+                    tally.failed.len() - listed_failed,
+                    now,
+                );
+            }
         }
-        self.count(
-            key,
-            &pods,
-            &tally,
-            &mut status,
-            &mut completed,
-            indexed,
-            per_index,
-            now,
-        )
-        .await?;
+        self.count(&pods, &tally, &mut status, &mut completed, indexed)
+            .await?;
 
         let active: Vec<Arc<Pod>> = pods
             .iter()
@@ -565,17 +568,13 @@ impl Controller {
 
     /// Releases the pods of `tally` and moves them from
     /// `uncountedTerminatedPods` to the counters (and `completedIndexes`).
-    #[allow(clippy::too_many_arguments)]
     async fn count(
         &self,
-        key: &str,
         pods: &[Arc<Pod>],
         tally: &Tally,
         status: &mut JobStatus,
         completed: &mut BTreeSet<i32>,
         indexed: bool,
-        per_index: bool,
-        now: SystemTime,
     ) -> Result<(), Error> {
         let uncounted: HashSet<&String> = tally.succeeded.iter().chain(&tally.failed).collect();
         let to_release: Vec<Arc<Pod>> = pods
@@ -605,21 +604,27 @@ impl Controller {
             }
             status.succeeded = Some(status.succeeded.unwrap_or(0) + tally.succeeded.len() as i32);
             status.failed = Some(status.failed.unwrap_or(0) + tally.failed.len() as i32);
-            // With backoffLimitPerIndex, each index keeps its own backoff.
-            if !per_index {
-                let mut records = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
-                let record = records.entry(key.to_string()).or_default();
-                if !tally.succeeded.is_empty() {
-                    *record = Backoff::default();
-                }
-                if !tally.failed.is_empty() {
-                    record.failures += tally.failed.len() as u32;
-                    record.last = Some(now);
-                }
-            }
         }
         status.uncounted_terminated_pods = Some(UncountedTerminatedPods::default());
         Ok(())
+    }
+
+    /// Takes pods found finished in this pass — and now written to
+    /// `uncountedTerminatedPods` — into the Job's backoff record (upstream
+    /// updates it with the status write that lists them): a success starts
+    /// it over, failures add up. Pods listed by an earlier pass are not
+    /// taken again, so a pass that fails after listing them and is
+    /// retried does not count them twice.
+    fn record_finished(&self, key: &str, succeeded: usize, failed: usize, now: SystemTime) {
+        let mut records = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
+        let record = records.entry(key.to_string()).or_default();
+        if succeeded > 0 {
+            *record = Backoff::default();
+        }
+        if failed > 0 {
+            record.failures += failed as u32;
+            record.last = Some(now);
+        }
     }
 
     /// A Job that is over: announces it (`FailureTarget`,

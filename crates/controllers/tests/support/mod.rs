@@ -87,7 +87,14 @@ pub async fn cluster() -> Cluster {
 /// A cluster on a fake clock the test advances, the stand-in kubelet
 /// treating pods as `decide` says.
 pub async fn cluster_with_fake_clock(decide: rudder_harness::kubelet::Decide) -> Cluster {
-    let c = cluster_on(ControlPlane::with_fake_clock().await);
+    start_on(ControlPlane::with_fake_clock().await, decide)
+}
+
+/// The controllers and the stand-in kubelet (treating pods as `decide`
+/// says) started on `plane`: what the test made there before is in the
+/// controllers' first list, so their first pass already sees it.
+pub fn start_on(plane: ControlPlane, decide: rudder_harness::kubelet::Decide) -> Cluster {
+    let c = cluster_on(plane);
     tokio::spawn(rudder_harness::kubelet::play_nodes(
         c.admin.clone(),
         c.plane.clock(),

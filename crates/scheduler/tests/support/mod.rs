@@ -51,6 +51,23 @@ pub fn node_of(p: &Pod) -> Option<String> {
     p.spec.as_ref().and_then(|s| s.node_name.clone())
 }
 
+/// The message of the `PodScheduled=False` condition the scheduler writes
+/// (reason `Unschedulable`) once it tried the pod and no node fit.
+pub fn unschedulable_message(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })?
+        .message
+        .clone()
+}
+
 /// The control plane and the scheduler on it.
 pub struct Running {
     pub plane: ControlPlane,
