@@ -589,6 +589,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         scenario: "api".into(),
         quick: options.quick,
+        partial: None,
         metrics: vec![
             Metric::new("pod_creates_per_s_c64", "creates/s", create_rate).peer("rudder embedded store, raw writes", store_rate).target("≥ 5,000/s"),
             Metric::new("get_p99_ms", "ms", get).target("< 5 ms"),

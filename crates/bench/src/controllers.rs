@@ -295,6 +295,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         scenario: "controllers".into(),
         quick: options.quick,
+        partial: None,
         metrics: vec![
             Metric::new("api_create_10k_s", "s", floor),
             Metric::new("deploy_10k_pods_created_s", "s", deployed)

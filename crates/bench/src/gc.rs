@@ -281,6 +281,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         scenario: "gc".into(),
         quick: options.quick,
+        partial: None,
         metrics: vec![
             Metric::new("api_delete_10k_s", "s", floor),
             relative("gc_background_10k_s", background),
