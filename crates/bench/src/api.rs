@@ -83,11 +83,6 @@ impl Server {
         Ok((client, since.elapsed()))
     }
 
-    /// CPU time the server has used so far (user and system), seconds.
-    pub(crate) fn cpu_seconds(&self) -> f64 {
-        cpu_seconds(self.child.id())
-    }
-
     /// Resident and peak resident memory, MiB.
     pub(crate) fn memory_mb(&self) -> (f64, f64) {
         memory_mb(self.child.id())

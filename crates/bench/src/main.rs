@@ -13,6 +13,7 @@ mod apply;
 mod controllers;
 mod gc;
 mod node;
+mod plane;
 mod report;
 mod scheduler;
 mod store;
