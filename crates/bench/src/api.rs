@@ -83,11 +83,6 @@ impl Server {
         Ok((client, since.elapsed()))
     }
 
-    /// CPU time the server has used so far (user and system), seconds.
-    pub(crate) fn cpu_seconds(&self) -> f64 {
-        cpu_seconds(self.child.id())
-    }
-
     /// Resident and peak resident memory, MiB.
     pub(crate) fn memory_mb(&self) -> (f64, f64) {
         memory_mb(self.child.id())
@@ -244,31 +239,73 @@ async fn list_raw(client: &kube::Client, count: usize, repeats: usize) -> anyhow
     Ok(times[times.len() / 2].as_secs_f64() * 1000.0)
 }
 
-/// The server's own view of watch delivery (`rudder_watch_delivery_seconds`
-/// on /metrics: from the watch cache receiving a change to the watcher's
-/// response taking it): the bucket bound the 99th percentile falls in, ms.
-async fn server_delivery_p99(client: &kube::Client) -> anyhow::Result<f64> {
-    let request = http::Request::get("/metrics")
-        .body(Vec::new())
-        .context("request")?;
-    let text = client.request_text(request).await?;
-    let mut buckets = Vec::new();
-    let mut count = 0.0;
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("rudder_watch_delivery_seconds_bucket{le=\"") {
-            let (bound, value) = rest.split_once("\"} ").context("bucket line")?;
-            if bound != "+Inf" {
-                buckets.push((bound.parse::<f64>()?, value.parse::<f64>()?));
-            }
-        } else if let Some(value) = line.strip_prefix("rudder_watch_delivery_seconds_count ") {
-            count = value.parse()?;
-        }
+/// The server's own view of watch delivery: `rudder_watch_delivery_seconds`
+/// on /metrics (from the watch cache receiving a change to the watcher's
+/// response taking it), a histogram counted since the server started.
+#[derive(Debug, Clone, PartialEq)]
+struct Deliveries {
+    /// Cumulative counts by upper bound (seconds), `+Inf` left out.
+    buckets: Vec<(f64, f64)>,
+    count: f64,
+}
+
+impl Deliveries {
+    /// The histogram as the server reports it now.
+    async fn read(client: &kube::Client) -> anyhow::Result<Deliveries> {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .context("request")?;
+        Deliveries::parse(&client.request_text(request).await?)
     }
-    let wanted = count * 0.99;
-    Ok(buckets
-        .iter()
-        .find(|(_, n)| *n >= wanted)
-        .map_or(f64::INFINITY, |(bound, _)| bound * 1000.0))
+
+    fn parse(text: &str) -> anyhow::Result<Deliveries> {
+        let mut buckets = Vec::new();
+        let mut count = 0.0;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("rudder_watch_delivery_seconds_bucket{le=\"") {
+                let (bound, value) = rest.split_once("\"} ").context("bucket line")?;
+                if bound != "+Inf" {
+                    buckets.push((bound.parse::<f64>()?, value.parse::<f64>()?));
+                }
+            } else if let Some(value) = line.strip_prefix("rudder_watch_delivery_seconds_count ") {
+                count = value.parse()?;
+            }
+        }
+        Ok(Deliveries { buckets, count })
+    }
+
+    /// The deliveries observed after `earlier` was read: the difference of
+    /// every bucket (the server's buckets never change bounds).
+    fn since(&self, earlier: &Deliveries) -> anyhow::Result<Deliveries> {
+        let before: Vec<f64> = earlier.buckets.iter().map(|(bound, _)| *bound).collect();
+        let after: Vec<f64> = self.buckets.iter().map(|(bound, _)| *bound).collect();
+        anyhow::ensure!(
+            earlier.buckets.is_empty() || before == after,
+            "the delivery histogram's buckets changed between two reads"
+        );
+        Ok(Deliveries {
+            buckets: self
+                .buckets
+                .iter()
+                .enumerate()
+                .map(|(i, (bound, n))| (*bound, n - earlier.buckets.get(i).map_or(0.0, |b| b.1)))
+                .collect(),
+            count: self.count - earlier.count,
+        })
+    }
+
+    /// The upper bound of the bucket the 99th percentile falls in, ms
+    /// (infinite when it falls past the last bound; NaN with no deliveries).
+    fn p99_ms(&self) -> f64 {
+        if self.count <= 0.0 {
+            return f64::NAN;
+        }
+        let wanted = self.count * 0.99;
+        self.buckets
+            .iter()
+            .find(|(_, n)| *n >= wanted)
+            .map_or(f64::INFINITY, |(bound, _)| bound * 1000.0)
+    }
 }
 
 async fn fill(client: &kube::Client, count: usize, prefix: &str) -> anyhow::Result<()> {
@@ -546,11 +583,13 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let get = get_p99(&client, run_for).await?;
     eprintln!("get p99 {get:.2} ms");
 
-    // A fresh server for the list: 10,000 pods and nothing else.
+    // A fresh server for the list and the fan-out: 10,000 pods and nothing
+    // else — the API server alone, as above: no controllers or scheduler
+    // reacting to those Pending pods while the LISTs and watches are timed.
     drop(server);
     let list_dir = tempfile::tempdir_in(&options.work_dir)?;
     let list_port = free_port()?;
-    let server = Server::start(&binary, list_dir.path(), list_port)?;
+    let server = Server::start_with(&binary, list_dir.path(), list_port, &api_only)?;
     let (client, _) = server.ready(Instant::now()).await?;
     fill(&client, list_count, "list").await?;
     let list_decoded_ms = list_all(&client, list_count, if options.quick { 3 } else { 7 }).await?;
@@ -560,6 +599,9 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         "list 10k pods {list_ms:.1} ms to the last byte ({list_decoded_ms:.1} ms decoded by kube-rs), peak RSS {peak:.1} MB"
     );
 
+    // The server's histogram counts every delivery since it started: the
+    // per-node run's own are the difference across it.
+    let before = Deliveries::read(&client).await?;
     let fanout = watch_fanout(
         &server.kubeconfig,
         watchers,
@@ -568,10 +610,11 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         Watchers::PerNode,
     )
     .await?;
-    let server_side = server_delivery_p99(&client).await?;
+    let server_deliveries = Deliveries::read(&client).await?.since(&before)?;
+    let server_side = server_deliveries.p99_ms();
     eprintln!(
-        "watch fan-out p99 {:.1} ms ({watchers} per-node watchers, {rate} writes/s); server side p99 ≤ {server_side} ms",
-        fanout.p99_ms
+        "watch fan-out p99 {:.1} ms ({watchers} per-node watchers, {rate} writes/s); server side p99 ≤ {server_side} ms over its {} deliveries ({} counted before the run)",
+        fanout.p99_ms, server_deliveries.count, before.count
     );
     let fanout_all = watch_fanout(
         &server.kubeconfig,
@@ -589,6 +632,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         scenario: "api".into(),
         quick: options.quick,
+        partial: None,
         metrics: vec![
             Metric::new("pod_creates_per_s_c64", "creates/s", create_rate).peer("rudder embedded store, raw writes", store_rate).target("≥ 5,000/s"),
             Metric::new("get_p99_ms", "ms", get).target("< 5 ms"),
@@ -608,15 +652,51 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             Metric::new("startup_to_ready_api_only_ms", "ms", api_startup.as_secs_f64() * 1000.0),
         ],
         conditions: vec![
-            "the load figures: `rudder server --disable-agent --disable-controllers --disable-scheduler` (release build) in its own process — the API server alone, so they measure it and not the controllers reacting to tens of thousands of Pods — embedded store, HTTPS with client certificates, driven by kube-rs over HTTP/2 from the same machine (2 cores shared by server and clients)".into(),
+            "the load figures: `rudder server --disable-agent --disable-controllers --disable-scheduler` (release build) in its own process (one for the creates and GETs, a fresh one holding only the listed Pods for the LISTs and the watch fan-out) — the API server alone, so they measure it and not the controllers reacting to tens of thousands of Pods — embedded store, HTTPS with client certificates, driven by kube-rs over HTTP/2 from the same machine (2 cores shared by server and clients)".into(),
             format!("`pod_creates_per_s_c64`: 64 concurrent clients creating ~1.4 KiB Pods (one container with ports, env, resources, probes, a volume) for {} s; `peer_value` is the embedded store's raw 1 KiB write rate at 64 writers, measured in the same run", run_for.as_secs()),
             "`get_p99_ms`: 4 concurrent clients reading one Pod".into(),
             format!("`list_10k_pods_ms`: median of unpaginated LISTs of {list_count} Pods (served from the watch cache), from the request to the last byte at the client — upstream's latency definition (request received → last byte sent); `list_10k_pods_decoded_ms`: the same LIST decoded into kube-rs `Pod`s, the client's decoding included (each Pod carries its managedFields, as upstream's do); `list_10k_peak_rss_mb`: the server's peak RSS (VmHWM) after them"),
             format!("`watch_fanout_p99_ms`: {watchers} watchers (100 per HTTP/2 connection), each watching the Pods of one node (`fieldSelector=spec.nodeName=…`, as kubelets do); once all their streams are open, Pods spread over those nodes are created at {rate}/s for {} s: the watch cache routes each event by its `spec.nodeName` to the one watcher of that node (an index on the trigger field, as upstream's cacher does — not a match against every watcher); delay from issuing each create to the event's arrival, a delivery that never arrives counted as infinitely late (`watch_fanout_missed` counts them)", watch_for.as_secs()),
             format!("`watch_establish_ms`: from the first of those {watchers} watch requests (over 10 fresh HTTP/2 connections, from a resourceVersion) to the last stream being open"),
-            "`watch_fanout_server_p99_ms`: the server's own histogram of the same deliveries (`rudder_watch_delivery_seconds`: from the watch cache receiving the change to the watcher's response taking the event), as the upper bound of the bucket holding the 99th percentile — what the server adds, without the client's side".into(),
+            "`watch_fanout_server_p99_ms`: the server's own histogram of the same deliveries (`rudder_watch_delivery_seconds`: from the watch cache receiving the change to the watcher's response taking the event), read before and after that run and the difference of its buckets taken, so it counts that run's deliveries only; the upper bound of the bucket holding their 99th percentile — what the server adds, without the client's side".into(),
             format!("`watch_fanout_all_p99_ms`: {all_watchers} watchers of all those Pods (label selector) at {all_rate} creates/s: every event to every watcher, {} deliveries of ~1.5 KiB per second asked for through TLS, server and clients on the same 2 cores; `watch_fanout_all_deliveries_per_s`: the deliveries that run achieved per second, from the first write to the last arrival", all_watchers * all_rate),
             format!("`startup_to_ready_ms`: `rudder server --disable-agent` as users run it (with its controllers and scheduler), a restart on existing data, process start to the first 200 from /readyz (the first start, which makes certificates and preallocates the write-ahead log, took {:.0} ms); `idle_rss_mb`: its RSS 10 s after that, once every controller's and the scheduler's informers run (they hold every object's metadata); `…_api_only_…`: the same with `--disable-controllers --disable-scheduler`, RSS 2 s after ready", first_start.as_secs_f64() * 1000.0),
         ],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn histogram(counts: [u64; 3], count: u64) -> String {
+        format!(
+            "rudder_watch_delivery_seconds_bucket{{le=\"0.001\"}} {}\n\
+             rudder_watch_delivery_seconds_bucket{{le=\"0.005\"}} {}\n\
+             rudder_watch_delivery_seconds_bucket{{le=\"0.05\"}} {}\n\
+             rudder_watch_delivery_seconds_bucket{{le=\"+Inf\"}} {count}\n\
+             rudder_watch_delivery_seconds_count {count}\n",
+            counts[0], counts[1], counts[2]
+        )
+    }
+
+    #[test]
+    fn the_p99_of_a_stretch_counts_only_its_own_deliveries() -> anyhow::Result<()> {
+        // 1,000 slow deliveries before the stretch, 1,000 fast ones in it.
+        let before = Deliveries::parse(&histogram([0, 0, 1000], 1000))?;
+        let after = Deliveries::parse(&histogram([1000, 1000, 2000], 2000))?;
+        assert_eq!(after.p99_ms(), 50.0, "cumulative: the slow ones count");
+        let stretch = after.since(&before)?;
+        assert_eq!(stretch.count, 1000.0);
+        assert_eq!(stretch.p99_ms(), 1.0);
+        Ok(())
+    }
+
+    #[test]
+    fn a_p99_past_the_last_bound_is_infinite() -> anyhow::Result<()> {
+        let all_late = Deliveries::parse(&histogram([0, 0, 0], 10))?;
+        assert_eq!(all_late.p99_ms(), f64::INFINITY);
+        assert!(Deliveries::parse("")?.p99_ms().is_nan());
+        Ok(())
+    }
 }

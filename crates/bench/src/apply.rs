@@ -308,6 +308,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         scenario: "apply".into(),
         quick: options.quick,
+        partial: None,
         metrics: vec![
             Metric::new("smp_us", "µs", smp_us).target("< 200 µs"),
             Metric::new("ssa_us", "µs", ssa_us).target("< 500 µs"),

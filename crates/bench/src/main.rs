@@ -1,6 +1,7 @@
 //! `rudder-bench <scenario> [--quick]`: runs one benchmark scenario, prints
-//! one JSON object as its last line (ARCHITECTURE.md §8) and, on a full run,
-//! rewrites the scenario's section of docs/benchmarks.md.
+//! one JSON object as its last line (ARCHITECTURE.md §8) and, on a full run
+//! only (not `--quick`, not cut short by a development switch), rewrites the
+//! scenario's section of docs/benchmarks.md.
 
 /// mimalloc: the many small allocations of JSON objects cost a quarter
 /// of the API server's CPU under glibc's malloc.
@@ -12,6 +13,7 @@ mod apply;
 mod controllers;
 mod gc;
 mod node;
+mod plane;
 mod report;
 mod scheduler;
 mod store;
@@ -82,9 +84,12 @@ fn main() -> anyhow::Result<()> {
         Scenario::Scheduler(options) => (runtime.block_on(scheduler::run(&options))?, options),
         Scenario::Node(options) => (runtime.block_on(node::run(&options))?, options),
     };
-    if !options.quick {
-        report.update_doc(&options.doc)?;
-        eprintln!("updated {}", options.doc.display());
+    match report.not_for_doc() {
+        None => {
+            report.update_doc(&options.doc)?;
+            eprintln!("updated {}", options.doc.display());
+        }
+        Some(why) => eprintln!("{why}: did not update {}", options.doc.display()),
     }
     println!("{}", report.json());
     Ok(())

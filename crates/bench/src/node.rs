@@ -474,6 +474,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         scenario: "node".into(),
         quick: options.quick,
+        partial: None,
         conditions: vec![
         "`rudder server` (release build) with its agent on this machine: containerd (Debian's), runc and the CNI bridge plugin, busybox `sleep` pods, images present".into(),
         format!("the floor: the agent's own sandbox and container configs started by direct CRI calls to the same containerd, {batch} (then {many}) at once"),

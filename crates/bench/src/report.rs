@@ -1,5 +1,6 @@
 //! Benchmark results: the JSON line every scenario prints, and the section of
-//! docs/benchmarks.md a full run rewrites.
+//! docs/benchmarks.md a full run rewrites (and only a full run: not a
+//! `--quick` one, nor one a development switch cut short).
 
 use std::path::Path;
 
@@ -49,6 +50,10 @@ impl Metric {
 pub struct Report {
     pub scenario: String,
     pub quick: bool,
+    /// Why only part of the scenario ran (a development switch such as
+    /// `RUDDER_BENCH_ONLY`), if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partial: Option<String>,
     pub metrics: Vec<Metric>,
     /// How the figures were taken, for the doc.
     #[serde(skip)]
@@ -92,9 +97,24 @@ impl Report {
         out
     }
 
+    /// Why this report may not stand in the doc: only a full run's figures
+    /// replace the section (a quick run's are less settled; a partial
+    /// run's table would drop the figures it did not take).
+    pub fn not_for_doc(&self) -> Option<String> {
+        match (&self.partial, self.quick) {
+            (Some(why), _) => Some(format!("a partial run ({why})")),
+            (None, true) => Some("a --quick run".into()),
+            (None, false) => None,
+        }
+    }
+
     /// Replaces this scenario's section of the doc (between its markers),
-    /// appending it when the doc has none yet.
+    /// appending it when the doc has none yet. Refuses a quick or partial
+    /// run's report.
     pub fn update_doc(&self, path: &Path) -> anyhow::Result<()> {
+        if let Some(why) = self.not_for_doc() {
+            anyhow::bail!("{why} does not update {}", path.display());
+        }
         let start = format!("<!-- bench:{}:start -->", self.scenario);
         let end = format!("<!-- bench:{}:end -->", self.scenario);
         let doc = std::fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());

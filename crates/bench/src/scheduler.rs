@@ -563,8 +563,18 @@ async fn floors(
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let mut metrics = Vec::new();
     let mut floor = None;
-    // RUDDER_BENCH_ONLY=<workload>: one workload, for development.
+    // Development switches, which make a partial run (its JSON printed, the
+    // doc left alone): RUDDER_BENCH_ONLY=<workload> runs one workload;
+    // RUDDER_BENCH_CYCLES_ONLY only the cycles alone, no API server.
     let only = std::env::var("RUDDER_BENCH_ONLY").ok();
+    let cycles_only = std::env::var_os("RUDDER_BENCH_CYCLES_ONLY").is_some();
+    let partial = [
+        only.as_ref().map(|o| format!("RUDDER_BENCH_ONLY={o}")),
+        cycles_only.then(|| "RUDDER_BENCH_CYCLES_ONLY".to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>();
     for w in workloads(options.quick) {
         if only.as_deref().is_some_and(|o| o != w.name) {
             continue;
@@ -574,7 +584,15 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         } else {
             Some(cycle_rate(&w)?)
         };
-        if std::env::var_os("RUDDER_BENCH_CYCLES_ONLY").is_some() {
+        let cycles_metric = cycles.map(|cycles| {
+            Metric::new(
+                &format!("{}_cycles_alone_pods_per_s", w.name),
+                "pods/s",
+                cycles,
+            )
+        });
+        if cycles_only {
+            metrics.extend(cycles_metric);
             continue;
         }
         let (m, plane) = run_workload(&w).await?;
@@ -594,14 +612,13 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         metrics.push(Metric::new(&format!("{}_p50_ms", w.name), "ms", m.p50_ms));
         metrics.push(Metric::new(&format!("{}_p99_ms", w.name), "ms", m.p99_ms));
         metrics.extend(m.cpu.metrics(w.name));
-        if let Some(cycles) = cycles {
-            metrics.push(Metric::new(
-                &format!("{}_cycles_alone_pods_per_s", w.name),
-                "pods/s",
-                cycles,
-            ));
-        }
+        metrics.extend(cycles_metric);
     }
+    anyhow::ensure!(
+        !metrics.is_empty(),
+        "{} left nothing to measure",
+        partial.join(", ")
+    );
     if let Some([(creates, create_cpu), (binds, bind_cpu)]) = floor {
         metrics.push(Metric::new("bind_floor_pods_per_s", "pods/s", binds));
         metrics.extend(bind_cpu.metrics("bind_floor"));
@@ -611,6 +628,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         scenario: "scheduler".into(),
         quick: options.quick,
+        partial: (!partial.is_empty()).then(|| partial.join(", ")),
         metrics,
         conditions: vec![
             "in-process control plane (embedded store) and scheduler in one process (release build), upstream's default profile, 2 cores shared by the API server, the scheduler and the clients; nodes are Node objects (4 cpu, 32Gi, 110 pods) that nothing runs".into(),

@@ -85,6 +85,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(Report {
         scenario: "store".into(),
         quick: options.quick,
+        partial: None,
         metrics,
         conditions: vec![
             format!("1 KiB values; each writer creates fresh keys back to back for {} s per concurrency level", write_for.as_secs()),

@@ -42,7 +42,7 @@ use crate::discovery::{Resource, Resources};
 /// Owners known not to exist, remembered (upstream keeps 500).
 const ABSENT_OWNERS: usize = 500;
 /// Dependents orphaned at once for one owner.
-const ORPHAN_CONCURRENCY: usize = 64;
+pub const ORPHAN_CONCURRENCY: usize = 64;
 
 /// What the monitors tell the graph.
 #[derive(Debug)]

@@ -34,6 +34,8 @@ use crate::discovery::{Resource, Resources};
 
 /// The finalizer this controller owns.
 pub const FINALIZER: &str = "kubernetes";
+/// Resources of a namespace emptied at once.
+pub const CONCURRENT_RESOURCES: usize = 8;
 /// How long to wait for objects held by finalizers (upstream's
 /// `finalizerEstimateSeconds`).
 const FINALIZER_ESTIMATE: u64 = 15;
@@ -181,14 +183,12 @@ async fn delete_content(
         .unwrap_or_default()
         .as_secs();
     let mut estimate: Option<u64> = None;
-    /// Resources emptied at once.
-    const CONCURRENT: usize = 8;
     let passes = deletable.into_iter().map(|resource| async move {
         let outcome = delete_resource(ctx, namespace, &resource, elapsed).await;
         (resource, outcome)
     });
     let outcomes: Vec<_> = futures::stream::iter(passes)
-        .buffered(CONCURRENT)
+        .buffered(CONCURRENT_RESOURCES)
         .collect()
         .await;
     for (resource, outcome) in outcomes {

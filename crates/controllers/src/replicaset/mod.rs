@@ -40,7 +40,7 @@ use crate::{Context, Error, api_error, failure_message, is_status};
 /// `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
 /// The first batch of a slow start (upstream's `SlowStartInitialBatchSize`).
-const SLOW_START_INITIAL: usize = 1;
+pub const SLOW_START_INITIAL: usize = 1;
 
 /// A kind of object that keeps a number of pods: ReplicaSets, and
 /// ReplicationControllers seen as ReplicaSets (as upstream converts them).
