@@ -69,18 +69,7 @@ impl Cluster {
             _guard: common::egress_guard("rudder-guard-join-e2e", CLUSTER_CIDR),
         };
         cluster.start_server();
-        let images = cluster.agent_dir().join("agent/images");
-        std::fs::create_dir_all(&images).expect("images dir");
-        let packed = rudder()
-            .args(["images", "pack-busybox"])
-            .arg(images.join("busybox.tar"))
-            .output()
-            .expect("run rudder images pack-busybox");
-        assert!(
-            packed.status.success(),
-            "pack busybox: {}",
-            String::from_utf8_lossy(&packed.stderr)
-        );
+        common::pack_busybox(&cluster.agent_dir().join("agent/images"));
         cluster
     }
 

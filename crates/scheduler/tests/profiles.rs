@@ -4,6 +4,8 @@
 //! by MostAllocated alone stacks them — and a pod naming no profile is
 //! left alone.
 
+mod support;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -13,6 +15,7 @@ use rudder_harness::{ControlPlane, eventually};
 use rudder_scheduler::config::Configuration;
 use rudder_scheduler::{Options, Scheduler};
 use serde_json::json;
+use support::unschedulable_message;
 use tokio_util::sync::CancellationToken;
 
 const CONFIG: &str = r#"
@@ -67,23 +70,6 @@ fn pod_of(name: &str, scheduler: &str, cpu: &str) -> Pod {
             "resources": {"requests": {"cpu": cpu}}}]},
     }))
     .expect("pod")
-}
-
-/// The message of the `PodScheduled=False` condition the scheduler writes
-/// once it tried the pod and no node fit.
-fn unschedulable_message(p: &Pod) -> Option<String> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        })?
-        .message
-        .clone()
 }
 
 async fn bound(pods: &Api<Pod>, name: &str) -> String {

@@ -329,6 +329,22 @@ pub fn wait_until<T>(
     }
 }
 
+/// Packs Debian's busybox-static as the local image `rudder.local/busybox:1`
+/// into the agent's image directory `images`, imported at the agent's start.
+pub fn pack_busybox(images: &Path) {
+    std::fs::create_dir_all(images).expect("images dir");
+    let packed = Command::new(env!("CARGO_BIN_EXE_rudder"))
+        .args(["images", "pack-busybox"])
+        .arg(images.join("busybox.tar"))
+        .output()
+        .expect("run rudder images pack-busybox");
+    assert!(
+        packed.status.success(),
+        "pack busybox (Debian's busybox-static; scripts/setup --test installs it): {}",
+        String::from_utf8_lossy(&packed.stderr)
+    );
+}
+
 /// The service CIDR `rudder server` allocates from unless told otherwise.
 pub const SERVICE_CIDR: &str = "10.43.0.0/16";
 

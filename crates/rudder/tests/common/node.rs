@@ -37,18 +37,7 @@ impl Cluster {
     pub fn start(bridge: &'static str, cluster_cidr: &'static str) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let data = dir.path().join("data");
-        let images = data.join("agent/images");
-        std::fs::create_dir_all(&images).expect("images dir");
-        let packed = rudder()
-            .args(["images", "pack-busybox"])
-            .arg(images.join("busybox.tar"))
-            .output()
-            .expect("run rudder images pack-busybox");
-        assert!(
-            packed.status.success(),
-            "pack busybox (Debian's busybox-static; scripts/setup --test installs it): {}",
-            String::from_utf8_lossy(&packed.stderr)
-        );
+        super::pack_busybox(&data.join("agent/images"));
         let port = rudder_apiserver::testing::free_port().expect("a free port");
         let kubelet_port = rudder_apiserver::testing::free_port().expect("a free port");
         let mut cluster = Cluster {
