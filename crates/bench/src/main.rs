@@ -41,19 +41,21 @@ enum Scenario {
     Apply(Options),
     /// The garbage collector and namespace controller: an owner with 10,000
     /// dependents deleted in each propagation mode, a namespace with 10,000
-    /// objects deleted, beside 10,000 plain API deletes.
+    /// objects deleted, each beside the controller's own requests for them
+    /// made plainly on the same in-process path.
     Gc(Options),
     /// The workload controllers: a 10,000-replica Deployment until its pods
-    /// exist, beside 10,000 plain Pod creates; memory and idle CPU with
-    /// them; a rollout of a 1,000-replica Deployment.
+    /// exist, beside the same 10,000 Pods created plainly on the same
+    /// in-process path; memory and idle CPU with them; a rollout of a
+    /// 1,000-replica Deployment.
     Controllers(Options),
     /// The scheduler: upstream's scheduler_perf workloads on fake nodes,
     /// beside plain bindings of the same pods.
     Scheduler(Options),
     /// One real node: pods started by `rudder server`'s agent on
-    /// containerd, beside the same sandboxes and containers started by
-    /// direct CRI calls; the server's memory and idle CPU with 100 pods.
-    /// Needs root.
+    /// containerd, beside the same pods started directly (their volumes set
+    /// up by the agent's code, then direct CRI calls); the server's memory
+    /// and idle CPU with 100 pods. Needs root.
     Node(Options),
 }
 

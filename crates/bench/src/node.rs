@@ -1,17 +1,26 @@
 //! The `node` scenario: `rudder server` and a `rudder agent` on one real node —
 //! containerd, runc and the CNI plugins of this machine — beside the floor
-//! the agent cannot beat: the same sandboxes and containers started by
-//! direct CRI calls to the same containerd, with the same concurrency, in
-//! the same run. Needs root (the agent's network and containerd).
+//! the agent cannot beat: the same pods started by the same work done
+//! directly — their volumes set up by the agent's own code, then direct
+//! CRI calls to the same containerd — with the same concurrency, in the
+//! same run. Needs root (the agent's network, tmpfs volumes, containerd).
 //!
-//! - `cri_floor_p50_ms`, `cri_floor_p99_ms`: a batch of 30 pods, each a
-//!   RunPodSandbox (with its CNI network), CreateContainer and
-//!   StartContainer, all 30 at once; per pod, from its first call to its
-//!   container started.
+//! - `cri_floor_p50_ms`, `cri_floor_p99_ms`: batches of 30 pods started
+//!   all at once, repeated until there are at least 100 pods (so that a
+//!   99th percentile rests on 100 samples; `cri_floor_samples` says how
+//!   many): per pod, from its first step to its container started. Each
+//!   pod is a real API object (admitted, so its volumes are the ones the
+//!   workload's pods get: the projected `kube-api-access-…` volume, with a
+//!   ServiceAccount token bound to the pod) that no scheduler binds; the
+//!   floor sets its volumes up as the agent does (the namespace's root CA
+//!   read, a TokenRequest, a tmpfs written), runs its sandbox, reads its
+//!   IP, checks its image, and creates and starts its container with the
+//!   volume mounted.
 //! - `pod_startup_p50_ms`, `pod_startup_p99_ms`: upstream's pod startup
-//!   SLI for a batch of 30 pods created at once through the API (scheduled
-//!   by the scheduler, started by the agent; images present): per pod, from
-//!   its create request to a watch showing all its containers running.
+//!   SLI for batches of 30 pods created at once through the API (scheduled
+//!   by the scheduler, started by the agent; images present), repeated as
+//!   the floor's (`pod_startup_samples`): per pod, from its create request
+//!   to a watch showing all its containers running.
 //! - `pods_100_running_s` beside `cri_floor_100_s`: 100 pods, from the
 //!   first create until all run; the floor starts 100 at once.
 //! - `agent_rss_mb`, `agent_cpu_pct_idle`: the `rudder agent` process (joined
@@ -19,7 +28,7 @@
 //!   is its own) with those 100 pods, and its CPU over 30 idle seconds; the
 //!   server's and containerd's beside.
 //!
-//! `--quick` runs batches of 10 and 30 pods.
+//! `--quick` runs batches of 10 (still to 100 samples) and 30 pods.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -29,12 +38,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 
 use rudder_kubelet::cri::{self, Runtime, remote::RemoteRuntime};
+use rudder_kubelet::pods::{env, tokens::Tokens, volumes};
 
 use crate::Options;
 use crate::api::{cpu_seconds, free_port, memory_mb, rudder_binary};
@@ -47,6 +57,13 @@ const BRIDGE: &str = "rudbench0";
 const CLUSTER_CIDR: &str = "10.42.208.0/20";
 const IMAGE: &str = "rudder.local/busybox:1";
 const NAMESPACE: &str = "bench";
+/// The namespace of the floor's pods, which no scheduler binds.
+const FLOOR_NAMESPACE: &str = "bench-floor";
+/// A scheduler name nobody serves: the floor's pods stay unbound, so no
+/// agent runs them.
+const NO_SCHEDULER: &str = "bench-floor-none";
+/// The fewest samples a 99th percentile is taken from.
+const P99_SAMPLES: usize = 100;
 
 /// `rudder server` (no agent of its own) and a `rudder agent` joined to it
 /// with the server's join token, each a process of its own so that each
@@ -293,78 +310,147 @@ async fn delete_pods(client: &kube::Client, runtime: &RemoteRuntime) -> anyhow::
     .await
 }
 
-/// A pod of the floor: the agent's own sandbox and container configs for
-/// it, less the pod uid label (the agent would remove a labelled sandbox
-/// whose pod the API does not have).
-fn floor_configs(
-    i: usize,
-    log_root: &Path,
-) -> anyhow::Result<(cri::PodSandboxConfig, cri::ContainerConfig)> {
-    let mut pod = pod(&format!("floor-{i}"))?;
-    pod.metadata.namespace = Some("floor".into());
-    pod.metadata.uid = Some(format!("00000000-0000-4000-8000-{i:012}"));
-    let container = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first().cloned())
-        .context("a container")?;
-    let mut sandbox = rudder_kubelet::pods::config::sandbox_config(&pod, 0, log_root);
-    let mut config =
-        rudder_kubelet::pods::config::container_config(&pod, &container, 0, false, vec![], vec![]);
-    sandbox.labels.remove(cri::POD_UID_LABEL);
-    config.labels.remove(cri::POD_UID_LABEL);
-    Ok((sandbox, config))
+/// The floor's API objects: `count` pods like the workload's, admitted
+/// as the workload's are (their API credentials volume and all), which
+/// no scheduler binds; read back as admission made them.
+async fn floor_pods(client: &kube::Client, prefix: &str, count: usize) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), FLOOR_NAMESPACE);
+    let mut pods = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut pod = pod(&format!("{prefix}-{i}"))?;
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.scheduler_name = Some(NO_SCHEDULER.into());
+        }
+        pods.push(api.create(&PostParams::default(), &pod).await?);
+    }
+    Ok(pods)
 }
 
-/// `count` pods started at once by direct CRI calls; per pod, the time
-/// from its RunPodSandbox to its StartContainer done, and the whole batch.
-async fn cri_floor(
+/// Where the floor keeps its pods' volumes and logs.
+struct FloorDirs {
+    pods: PathBuf,
+    logs: PathBuf,
+}
+
+/// One pod of the floor, as the agent's pod worker starts it: its
+/// volumes set up (`volumes::setup`: the ConfigMaps it reads, a
+/// TokenRequest for each projected token, tmpfs), its sandbox run (the
+/// agent's own config, less the pod uid label: the agent would remove a
+/// labelled sandbox of a pod not bound to it), its IP read, its image
+/// checked, its container created with the agent's environment and mounts,
+/// and started. Returns the sandbox's id (if it ran) and the outcome.
+async fn floor_pod(
+    client: &kube::Client,
     runtime: &RemoteRuntime,
-    log_root: &Path,
+    tokens: &Tokens,
+    dirs: &FloorDirs,
+    pod: &Pod,
+) -> (Option<String>, anyhow::Result<()>) {
+    let mut sandbox_id = None;
+    let outcome = async {
+        let container = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first().cloned())
+            .context("a container")?;
+        let mut context = env::Context {
+            host_ip: "127.0.0.1".into(),
+            ..env::Context::default()
+        };
+        let root = volumes::Root {
+            dir: &dirs.pods,
+            tmpfs: true,
+            tokens,
+        };
+        let paths = volumes::setup(client, root, pod, &context)
+            .await
+            .map_err(|e| anyhow::anyhow!("the floor's volumes: {e}"))?;
+        let mut sandbox = rudder_kubelet::pods::config::sandbox_config(pod, 0, &dirs.logs);
+        sandbox.labels.remove(cri::POD_UID_LABEL);
+        std::fs::create_dir_all(&sandbox.log_directory)?;
+        let id = runtime.run_pod_sandbox(sandbox.clone()).await?;
+        sandbox_id = Some(id.clone());
+        let status = runtime.pod_sandbox_status(&id).await?;
+        context.pod_ip = status.network.map(|n| n.ip).unwrap_or_default();
+        let image = container.image.clone().unwrap_or_default();
+        runtime
+            .image_status(&image)
+            .await?
+            .with_context(|| format!("{image} is not present"))?;
+        let (config_maps, secrets) = env::referenced(&container);
+        let sources = env::Sources::fetch(client, pod, config_maps, secrets).await?;
+        let envs = env::build(pod, &container, &sources, &context).map_err(anyhow::Error::msg)?;
+        let mounts = volumes::mounts(&container, &paths).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(!mounts.is_empty(), "the floor's pod mounts no volume");
+        let mut config =
+            rudder_kubelet::pods::config::container_config(pod, &container, 0, false, envs, mounts);
+        config.labels.remove(cri::POD_UID_LABEL);
+        let created = runtime.create_container(&id, config, sandbox).await?;
+        runtime.start_container(&created).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    (sandbox_id, outcome)
+}
+
+/// `count` pods of the floor started at once; per pod, the time from its
+/// first step to its StartContainer done, and the whole batch. Their API
+/// objects are made before and deleted after, untimed.
+async fn cri_floor(
+    client: &kube::Client,
+    runtime: &RemoteRuntime,
+    dirs: &FloorDirs,
+    prefix: &str,
     count: usize,
 ) -> anyhow::Result<(Vec<Duration>, Duration)> {
-    let configs = (0..count)
-        .map(|i| floor_configs(i, log_root))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    for (sandbox, _) in &configs {
-        std::fs::create_dir_all(&sandbox.log_directory)?;
-    }
+    let pods = floor_pods(client, prefix, count).await?;
+    let tokens = Tokens::default();
     let began = Instant::now();
-    let results =
-        futures::future::join_all(configs.into_iter().map(|(sandbox, container)| async move {
+    let results = futures::future::join_all(pods.iter().map(|pod| {
+        let tokens = &tokens;
+        async move {
             let at = Instant::now();
-            let id = runtime.run_pod_sandbox(sandbox.clone()).await?;
-            let container = runtime.create_container(&id, container, sandbox).await?;
-            runtime.start_container(&container).await?;
-            anyhow::Ok((at.elapsed(), id))
-        }))
-        .await;
+            let (id, outcome) = floor_pod(client, runtime, tokens, dirs, pod).await;
+            (at.elapsed(), id, outcome)
+        }
+    }))
+    .await;
     let all = began.elapsed();
     let mut latencies = Vec::new();
-    let mut ids = Vec::new();
     let mut failure = None;
-    for result in results {
-        match result {
-            Ok((latency, id)) => {
-                latencies.push(latency);
-                ids.push(id);
-            }
-            Err(error) => failure = Some(error),
+    for (latency, _, outcome) in &results {
+        match outcome {
+            Ok(()) => latencies.push(*latency),
+            Err(error) => failure = Some(anyhow::anyhow!("{error:#}")),
         }
     }
     // Always clean up what did start.
-    let runtime = &runtime;
+    let ids = results.into_iter().filter_map(|(_, id, _)| id);
     futures::stream::iter(ids)
         .for_each_concurrent(16, |id| async move {
             let _ = runtime.stop_pod_sandbox(&id).await;
             let _ = runtime.remove_pod_sandbox(&id).await;
         })
         .await;
+    for pod in &pods {
+        volumes::teardown(&dirs.pods, &pod.metadata.uid.clone().unwrap_or_default()).await;
+    }
+    Api::<Pod>::namespaced(client.clone(), FLOOR_NAMESPACE)
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
+        .await?;
     if let Some(error) = failure {
         return Err(error.context("the CRI floor"));
     }
     latencies.sort();
     Ok((latencies, all))
+}
+
+/// How many batches of `batch` give a 99th percentile its samples.
+fn rounds_for_p99(batch: usize) -> usize {
+    P99_SAMPLES.div_ceil(batch)
 }
 
 fn ms(d: Duration) -> f64 {
@@ -399,55 +485,81 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         .tempdir_in(&options.work_dir)?;
     let (batch, many) = if options.quick { (10, 30) } else { (30, 100) };
 
+    let rounds = rounds_for_p99(batch);
+
     let cluster = Cluster::start(&binary, dir.path())?;
     let client =
         rudder_apiserver::testing::connect(&cluster.kubeconfig, Duration::from_secs(60)).await?;
     node_ready(&client).await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?,
+    for namespace in [NAMESPACE, FLOOR_NAMESPACE] {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": namespace}}))?,
+            )
+            .await?;
+        // Admission gives pods the API credentials volume once the
+        // namespace's ServiceAccount exists; the volume mounts the
+        // namespace's root CA ConfigMap.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        until(
+            "the default ServiceAccount and kube-root-ca.crt",
+            Duration::from_secs(60),
+            || async {
+                Ok(accounts.get_opt("default").await?.is_some()
+                    && config_maps.get_opt("kube-root-ca.crt").await?.is_some())
+            },
         )
         .await?;
-    // Pods mount the namespace's root CA ConfigMap (kube-api-access).
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    until("kube-root-ca.crt", Duration::from_secs(60), || async {
-        Ok(config_maps.get_opt("kube-root-ca.crt").await?.is_some())
-    })
-    .await?;
+    }
     let runtime = Arc::new(RemoteRuntime::connect(
         &cluster.layout().socket().to_string_lossy(),
     )?);
-    let log_root = cluster.node_data.join("bench-floor-logs");
+    let dirs = FloorDirs {
+        pods: cluster.node_data.join("bench-floor/pods"),
+        logs: cluster.node_data.join("bench-floor/logs"),
+    };
 
     // A first pod: the images are unpacked and the network is up.
     start_pods(&client, "warm", 1).await?;
     delete_pods(&client, &runtime).await?;
-    cri_floor(&runtime, &log_root, 1).await?;
+    cri_floor(&client, &runtime, &dirs, "warm", 1).await?;
 
-    let (floor, _) = cri_floor(&runtime, &log_root, batch).await?;
+    // Batches of the floor and of the agent in turn, so that the machine's
+    // swings fall on both alike, until each percentile has its samples.
+    let (mut floor, mut startup) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let (latencies, _) =
+            cri_floor(&client, &runtime, &dirs, &format!("floor{round}"), batch).await?;
+        floor.extend(latencies);
+        let (latencies, _) = start_pods(&client, &format!("batch{round}"), batch).await?;
+        startup.extend(latencies);
+        delete_pods(&client, &runtime).await?;
+    }
+    floor.sort();
+    startup.sort();
     let floor_p50 = percentile(&floor, 0.5);
     let floor_p99 = percentile(&floor, 0.99);
     eprintln!(
-        "CRI floor, {batch} at once: p50 {:.0} ms, p99 {:.0} ms",
+        "CRI floor, {rounds} batches of {batch} at once: p50 {:.0} ms, p99 {:.0} ms of {} pods",
         ms(floor_p50),
-        ms(floor_p99)
+        ms(floor_p99),
+        floor.len()
     );
-    let (_, floor_many) = cri_floor(&runtime, &log_root, many).await?;
+    let (p50, p99) = (percentile(&startup, 0.5), percentile(&startup, 0.99));
+    eprintln!(
+        "pod startup, {rounds} batches of {batch} at once: p50 {:.0} ms, p99 {:.0} ms of {} pods",
+        ms(p50),
+        ms(p99),
+        startup.len()
+    );
+    let (_, floor_many) = cri_floor(&client, &runtime, &dirs, "many", many).await?;
     eprintln!(
         "CRI floor, {many} at once: {:.2} s",
         floor_many.as_secs_f64()
     );
-
-    let (startup, _) = start_pods(&client, "batch", batch).await?;
-    let (p50, p99) = (percentile(&startup, 0.5), percentile(&startup, 0.99));
-    eprintln!(
-        "pod startup, {batch} at once: p50 {:.0} ms, p99 {:.0} ms",
-        ms(p50),
-        ms(p99)
-    );
-    delete_pods(&client, &runtime).await?;
 
     let (_, all) = start_pods(&client, "pod", many).await?;
     eprintln!("{many} pods running: {:.2} s", all.as_secs_f64());
@@ -477,17 +589,20 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         partial: None,
         conditions: vec![
         "`rudder server` (release build) with its agent on this machine: containerd (Debian's), runc and the CNI bridge plugin, busybox `sleep` pods, images present".into(),
-        format!("the floor: the agent's own sandbox and container configs started by direct CRI calls to the same containerd, {batch} (then {many}) at once"),
+        format!("the floor: pods made through the API as the workload's are (admitted: the projected `kube-api-access-…` volume — a ServiceAccount token, the namespace's root CA, the namespace — mounted in the container), with a scheduler name nobody serves so that no agent runs them, started by the bench with the agent's own code and configs: their volumes set up as the agent's pod worker does (the root CA ConfigMap read and a TokenRequest bound to the pod, over HTTPS; a tmpfs written), then direct CRI calls to the same containerd (RunPodSandbox, PodSandboxStatus, ImageStatus, CreateContainer with the volume's mount, StartContainer), {batch} at once (then {many}); per pod, from its first step to its container started"),
         format!("pod startup: {batch} pods created at once through the API, from each create request until a watch shows its containers running (upstream's pod startup SLI)"),
+        format!("p50 and p99 of both over {rounds} batches of {batch}, the floor's and the agent's in turn ({} pods each: a 99th percentile of at least {P99_SAMPLES} samples, nearest rank; `…_samples` says how many)", floor.len()),
         "`rudder server --disable-agent` and `rudder agent` joined to it with the server's join token, each a process of its own: the agent's memory and idle CPU (30 s) are its own, beside the control plane's".into(),
         ],
         metrics: vec![
         Metric::new("cri_floor_p50_ms", "ms", ms(floor_p50)),
         Metric::new("cri_floor_p99_ms", "ms", ms(floor_p99)),
+        Metric::new("cri_floor_samples", "pods", floor.len() as f64),
         Metric::new("pod_startup_p50_ms", "ms", ms(p50)).peer("CRI floor", ms(floor_p50)),
         Metric::new("pod_startup_p99_ms", "ms", ms(p99))
             .peer("CRI floor", ms(floor_p99))
             .target("≤ 1.3× the floor, ≤ 5,000 ms"),
+        Metric::new("pod_startup_samples", "pods", startup.len() as f64),
         Metric::new(&format!("pods_{many}_running_s"), "s", all.as_secs_f64())
             .peer("CRI floor", floor_many.as_secs_f64()),
         Metric::new("agent_rss_mb", "MiB", agent_rss)
