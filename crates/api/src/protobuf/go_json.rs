@@ -103,6 +103,16 @@ impl<'a> Ordered<'a> {
         }
     }
 
+    /// Another object of the same definition (its lookup done once).
+    pub fn with<'b>(&self, object: &'b Value) -> Ordered<'b> {
+        Ordered {
+            value: object,
+            message: self.message,
+            top: true,
+            without_version: self.without_version,
+        }
+    }
+
     /// The same, without `metadata.resourceVersion`: the stored form.
     pub fn without_version(mut self) -> Ordered<'a> {
         self.without_version = true;

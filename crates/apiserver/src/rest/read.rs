@@ -224,11 +224,8 @@ impl serde::Serialize for OrderedList<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use rudder_api::protobuf::go_json::Ordered;
         use serde::ser::SerializeMap;
-        let items: Vec<Ordered<'_>> = self
-            .items
-            .iter()
-            .map(|item| Ordered::new(&self.def.schema_name, item))
-            .collect();
+        let kind = Ordered::new(&self.def.schema_name, &Value::Null);
+        let items: Vec<Ordered<'_>> = self.items.iter().map(|item| kind.with(item)).collect();
         let mut map = serializer.serialize_map(Some(4))?;
         map.serialize_entry("kind", &self.def.list_kind)?;
         map.serialize_entry("apiVersion", &self.def.api_version())?;

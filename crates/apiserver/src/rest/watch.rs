@@ -103,18 +103,19 @@ impl Render {
     /// The bookmark that ends a watch list's initial events (upstream's
     /// `k8s.io/initial-events-end` annotation).
     fn initial_events_end(&self, revision: u64) -> Bytes {
-        let bookmark = json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": {
+        self.bookmark_line(json!({
             "resourceVersion": revision.to_string(),
             "annotations": {INITIAL_EVENTS_END: "true"},
-        }});
-        let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": bookmark}))
-            .unwrap_or_default();
-        line.push(b'\n');
-        Bytes::from(line)
+        }))
     }
 
     fn bookmark(&self, revision: u64) -> Bytes {
-        let bookmark = json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": {"resourceVersion": revision.to_string()}});
+        self.bookmark_line(json!({"resourceVersion": revision.to_string()}))
+    }
+
+    /// A BOOKMARK event of this resource's kind with `metadata`.
+    fn bookmark_line(&self, metadata: Value) -> Bytes {
+        let bookmark = json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": metadata});
         let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": bookmark}))
             .unwrap_or_default();
         line.push(b'\n');
@@ -443,12 +444,7 @@ pub async fn watch(ctx: Context) -> ApiResult {
                     if !bookmarks {
                         continue;
                     }
-                    let bookmark = json!({"kind": def.kind, "apiVersion": def.api_version(), "metadata": {"resourceVersion": revision.to_string()}});
-                    let mut line =
-                        serde_json::to_vec(&json!({"type": "BOOKMARK", "object": bookmark}))
-                            .unwrap_or_default();
-                    line.push(b'\n');
-                    vec![Bytes::from(line)]
+                    vec![render.bookmark(revision)]
                 }
                 Some(Err(rudder_store::Error::Compacted { compact_revision })) => {
                     let status = Status::gone(format!(
