@@ -1,10 +1,18 @@
 //! Address ranges of the cluster (ARCHITECTURE.md §5): IPv4 CIDR arithmetic
-//! for the service and pod ranges, and the NodePort range.
+//! for the service and pod ranges, the NodePort range, and the cluster's
+//! network defaults (k3s's) — defined here once for the API server, the
+//! controllers and every node component.
 
 use std::net::Ipv4Addr;
 
 /// The default service CIDR.
 pub const SERVICE_CIDR: &str = "10.43.0.0/16";
+/// The default cluster (pod) CIDR: every node's podCIDR is cut from it.
+pub const CLUSTER_CIDR: &str = "10.42.0.0/16";
+/// The default address of the cluster DNS Service (`kube-system/kube-dns`).
+pub const CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 43, 0, 10);
+/// The default cluster domain.
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
 /// The default NodePort range (inclusive).
 pub const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
 
@@ -56,6 +64,54 @@ impl Cidr {
     pub fn usable(&self) -> std::ops::Range<u64> {
         1..self.size().saturating_sub(1)
     }
+
+    /// The first host address: a node's bridge on its podCIDR (the pods'
+    /// gateway).
+    pub fn gateway(&self) -> Ipv4Addr {
+        self.nth(1).unwrap_or(self.base)
+    }
+}
+
+/// A CIDR that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidCidr(pub String);
+
+impl std::fmt::Display for InvalidCidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid CIDR address: {}", self.0)
+    }
+}
+
+impl std::error::Error for InvalidCidr {}
+
+impl std::str::FromStr for Cidr {
+    type Err = InvalidCidr;
+
+    fn from_str(text: &str) -> Result<Cidr, InvalidCidr> {
+        Cidr::parse(text).ok_or_else(|| InvalidCidr(text.to_string()))
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.base, self.prefix)
+    }
+}
+
+/// The default cluster CIDR, parsed.
+pub fn default_cluster_cidr() -> Cidr {
+    Cidr {
+        base: Ipv4Addr::new(10, 42, 0, 0),
+        prefix: 16,
+    }
+}
+
+/// The default service CIDR, parsed.
+pub fn default_service_cidr() -> Cidr {
+    Cidr {
+        base: Ipv4Addr::new(10, 43, 0, 0),
+        prefix: 16,
+    }
 }
 
 /// The address of the `kubernetes` service: the first of the range.
@@ -81,5 +137,14 @@ mod tests {
         assert_eq!(kubernetes_service_ip(&c), Ipv4Addr::new(10, 43, 0, 1));
         assert!(Cidr::parse("10.43.0.0/33").is_none());
         assert!(Cidr::parse("nope").is_none());
+        assert_eq!(c.to_string(), SERVICE_CIDR);
+        assert_eq!(c, default_service_cidr());
+        assert_eq!(CLUSTER_CIDR.parse::<Cidr>(), Ok(default_cluster_cidr()));
+        assert!(default_service_cidr().contains(CLUSTER_DNS));
+        assert_eq!(
+            "10.42.3.0/24".parse::<Cidr>().map(|c| c.gateway()),
+            Ok(Ipv4Addr::new(10, 42, 3, 1))
+        );
+        assert!("10.42.0.0".parse::<Cidr>().is_err());
     }
 }

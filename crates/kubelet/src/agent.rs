@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::Api;
+use rudder_host::Host;
 use rudder_runtime::{Informers, Recorder, Timer};
 use tokio_util::sync::CancellationToken;
 
@@ -53,6 +54,9 @@ pub struct Options {
     /// Its serving certificate and the CA of its clients; without them
     /// the agent serves nothing (and `kubectl logs` cannot reach it).
     pub serving_tls: Option<crate::server::ServingTls>,
+    /// The machine: every route, sysctl and nftables change goes through
+    /// it.
+    pub host: Arc<dyn Host>,
 }
 
 impl Options {
@@ -61,14 +65,8 @@ impl Options {
             node_name: node_name.into(),
             data_dir,
             container_runtime_endpoint: None,
-            cluster_cidr: Cidr {
-                addr: [10, 42, 0, 0].into(),
-                prefix: 16,
-            },
-            service_cidr: Cidr {
-                addr: [10, 43, 0, 0].into(),
-                prefix: 16,
-            },
+            cluster_cidr: rudder_api::network::default_cluster_cidr(),
+            service_cidr: rudder_api::network::default_service_cidr(),
             cni_bin_dir: "/usr/lib/cni".into(),
             bridge: "rudder0".into(),
             control_plane: false,
@@ -81,6 +79,7 @@ impl Options {
             eviction_nodefs_percent: 10,
             kubelet_port: 10250,
             serving_tls: None,
+            host: Arc::new(rudder_host::System),
         }
     }
 
@@ -106,6 +105,8 @@ impl Options {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("install the blackhole routes: {0}")]
+    Routes(#[from] rudder_host::routes::Error),
+    #[error(transparent)]
     Network(#[from] network::Error),
     #[error(transparent)]
     Containerd(#[from] crate::containerd::Error),
@@ -127,7 +128,11 @@ pub async fn run(
     stop: CancellationToken,
 ) -> Result<(), Error> {
     // No packet to a cluster address that is not a pod here leaves.
-    network::install_blackhole_routes(&[options.cluster_cidr, options.service_cidr]).await?;
+    rudder_host::routes::install_blackholes(
+        &*options.host,
+        &[options.cluster_cidr, options.service_cidr],
+    )
+    .await?;
 
     let layout = options.layout();
     let (runtime, containerd): (Arc<dyn Runtime>, Option<Containerd>) =
@@ -171,7 +176,7 @@ async fn run_with(
 
     let node_ip = match options.node_ip {
         Some(ip) => ip,
-        None => network::node_ip().await.into(),
+        None => rudder_host::routes::node_ip(&*options.host).await.into(),
     };
     let config = Arc::new(NodeConfig {
         name: options.node_name.clone(),
@@ -288,13 +293,14 @@ async fn run_with(
 /// the masquerade rules.
 async fn setup_network(options: &Options, pod_cidr: Cidr) -> Result<(), network::Error> {
     let layout = options.layout();
-    let mtu = network::default_mtu().await;
+    let mtu = rudder_host::routes::default_mtu(&*options.host).await;
     let ipam = options.agent_dir().join("cni/ipam");
     network::write_conflist(
         &layout.cni_conf_dir,
         &network::conflist(pod_cidr, &options.bridge, mtu, &ipam),
     )?;
-    if let Err(error) = network::enable_forwarding(&options.agent_dir()) {
+    if let Err(error) = rudder_host::sysctl::enable_forwarding(&*options.host, &options.agent_dir())
+    {
         tracing::warn!(%error, "could not turn on IPv4 forwarding");
     }
     tracing::info!(%pod_cidr, "pod network configured");
@@ -319,12 +325,12 @@ async fn run_nftables(
                 cidr,
                 &wanted,
             );
-            match network::apply_nftables(&rules).await {
+            match network::apply_nftables(&*options.host, &rules).await {
                 Ok(()) => tracing::debug!(host_ports = wanted.len(), "nftables rules applied"),
                 Err(error) => tracing::warn!(%error, "could not apply the agent's nftables rules"),
             }
             // The bridge exists once a pod has a sandbox.
-            let _ = network::allow_localnet(&options.bridge);
+            let _ = rudder_host::sysctl::allow_localnet(&*options.host, &options.bridge);
         }
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -490,14 +496,11 @@ pub async fn killall(options: &Options) -> Result<(), Error> {
             None => tracing::warn!("containerd was running (an agent is up?); left running"),
         }
     }
-    let _ = network::delete_nftables(&options.nftables_table).await;
-    let _ = network::system_command("ip")
-        .args(["link", "delete", &options.bridge])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .await;
+    let host = &*options.host;
+    let _ = network::delete_nftables(host, &options.nftables_table).await;
+    let _ = network::delete_bridge(host, &options.bridge).await;
     crate::pods::volumes::unmount_under(&options.agent_dir()).await;
-    if let Err(error) = network::restore_forwarding(&options.agent_dir()) {
+    if let Err(error) = rudder_host::sysctl::restore_forwarding(host, &options.agent_dir()) {
         tracing::warn!(%error, "could not turn IPv4 forwarding off again");
     }
     Ok(())

@@ -179,7 +179,7 @@ async fn spawn(layout: &Layout) -> Result<tokio::process::Child, Error> {
     // to start.
     let _ = std::fs::remove_file(layout.socket());
     // Its shims and runc (in /usr/sbin) are found on the system PATH.
-    let mut command = crate::network::system_command("containerd");
+    let mut command = rudder_host::system_command("containerd");
     command
         .arg("--config")
         .arg(layout.config_path())

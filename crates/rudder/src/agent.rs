@@ -43,6 +43,11 @@ pub struct NodeArgs {
     /// through the API server), as upstream's kubelet `--port`.
     #[arg(long, default_value_t = 10250)]
     pub kubelet_port: u16,
+
+    /// Run no service proxy on this node (k3s's `--disable-kube-proxy`):
+    /// Services' addresses answer only if something else programs them.
+    #[arg(long)]
+    pub disable_proxy: bool,
 }
 
 impl NodeArgs {
@@ -148,7 +153,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     let task = {
         let stop = stop.clone();
-        tokio::spawn(crate::server::run_agent(client, options, stop))
+        let proxy = !args.node.disable_proxy;
+        tokio::spawn(crate::server::run_agent(client, options, proxy, stop))
     };
     shutdown.signalled().await?;
     tracing::info!("shutting down");
@@ -196,7 +202,9 @@ async fn serve(
 ) {
     let node_ip = match options.node_ip {
         Some(ip) => ip,
-        None => rudder_kubelet::network::node_ip().await.into(),
+        None => rudder_host::routes::node_ip(&rudder_host::System)
+            .await
+            .into(),
     };
     options.node_ip = Some(node_ip);
     let names = vec![options.node_name.clone(), node_ip.to_string()];

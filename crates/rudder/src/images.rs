@@ -86,5 +86,8 @@ pub async fn killall(args: KillallArgs) -> anyhow::Result<()> {
     options.bridge = args.cni_bridge.clone();
     options.nftables_table = args.cni_bridge;
     rudder_kubelet::agent::killall(&options).await?;
+    if let Err(error) = rudder_proxy::cleanup(&*options.host).await {
+        tracing::warn!(%error, "could not remove the service proxy's rules");
+    }
     Ok(())
 }

@@ -293,7 +293,8 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         options.control_plane = true;
         serve_agent(&mut options, &args.data_dir).await?;
         let client = server.client(&Identity::node(&options.node_name));
-        tasks.spawn(run_agent(client, options, cancel.clone()));
+        let proxy = !args.node.disable_proxy;
+        tasks.spawn(run_agent(client, options, proxy, cancel.clone()));
     }
 
     let outcome = tokio::select! {
@@ -316,10 +317,39 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     outcome
 }
 
-/// Runs the node agent until `stop`. An agent that cannot start (no
-/// containerd, not root) is retried, as a kubelet waits for its runtime;
-/// the control plane serves on meanwhile.
+/// Runs the node until `stop`: the agent and, unless disabled, the
+/// service proxy beside it. An agent that cannot start (no containerd,
+/// not root) is retried, as a kubelet waits for its runtime; the control
+/// plane serves on meanwhile.
 pub(crate) async fn run_agent(
+    client: kube::Client,
+    options: rudder_kubelet::agent::Options,
+    proxy: bool,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut proxy_task = None;
+    if proxy {
+        let informers = rudder_runtime::Informers::new(client.clone(), stop.child_token());
+        let host = options.host.clone();
+        let proxy_options = rudder_proxy::Options {
+            node_name: options.node_name.clone(),
+            cluster_cidr: options.cluster_cidr,
+            service_cidr: options.service_cidr,
+        };
+        let stop = stop.clone();
+        proxy_task = Some(tokio::spawn(async move {
+            rudder_proxy::run(&informers, host, proxy_options, stop).await
+        }));
+    }
+    let outcome = run_node_agent(client, options, stop).await;
+    if let Some(task) = proxy_task {
+        let _ = task.await;
+    }
+    outcome
+}
+
+/// The node agent, retried while it cannot start.
+async fn run_node_agent(
     client: kube::Client,
     options: rudder_kubelet::agent::Options,
     stop: CancellationToken,
@@ -349,7 +379,9 @@ async fn serve_agent(
 ) -> anyhow::Result<()> {
     let node_ip = match options.node_ip {
         Some(ip) => ip,
-        None => rudder_kubelet::network::node_ip().await.into(),
+        None => rudder_host::routes::node_ip(&rudder_host::System)
+            .await
+            .into(),
     };
     options.node_ip = Some(node_ip);
     let files = rudder_apiserver::tls::TlsFiles::new(data_dir);

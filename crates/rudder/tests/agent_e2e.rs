@@ -122,12 +122,7 @@ fn a_deployment_runs_on_containerd_answers_on_its_pod_ips_and_replaces_a_deleted
     }
     let mut cluster = Cluster::start(BRIDGE, CLUSTER_CIDR);
     let kubectl = common::versions().pop().expect("a kubectl").1;
-    let k = Kubectl {
-        binary: &kubectl,
-        kubeconfig: cluster.data.join("kubeconfig.yaml"),
-        cache: cluster.data.parent().expect("dir").join("kubectl-cache"),
-        namespace: "default".into(),
-    };
+    let k = cluster.kubectl(&kubectl, "default");
     wait_for(
         "the node to be Ready",
         Duration::from_secs(60),

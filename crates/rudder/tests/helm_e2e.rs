@@ -118,12 +118,7 @@ fn helm_installs_upgrades_rolls_back_and_uninstalls_a_chart() {
     }
     let cluster = Cluster::start(BRIDGE, CLUSTER_CIDR);
     let kubectl = common::versions().pop().expect("a kubectl").1;
-    let k = Kubectl {
-        binary: &kubectl,
-        kubeconfig: cluster.data.join("kubeconfig.yaml"),
-        cache: cluster.data.parent().expect("dir").join("kubectl-cache"),
-        namespace: NAMESPACE.into(),
-    };
+    let k = cluster.kubectl(&kubectl, NAMESPACE);
     cluster.wait_node_ready(&k);
     let helm = Helm {
         binary: common::helm(),

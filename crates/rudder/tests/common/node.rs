@@ -97,6 +97,16 @@ impl Cluster {
         }
     }
 
+    /// kubectl `binary` as the cluster's admin, in `namespace`.
+    pub fn kubectl<'a>(&self, binary: &'a Path, namespace: &str) -> Kubectl<'a> {
+        Kubectl {
+            binary,
+            kubeconfig: self.data.join("kubeconfig.yaml"),
+            cache: self.data.parent().expect("dir").join("kubectl-cache"),
+            namespace: namespace.into(),
+        }
+    }
+
     pub fn wait_node_ready(&self, k: &Kubectl<'_>) {
         wait_for(
             "the node to be Ready",

@@ -1,0 +1,270 @@
+//! The proxy's transactions in a real kernel: two network namespaces this
+//! test makes (a "node" holding the rules and a client, and a "pods"
+//! namespace holding two endpoints behind a veth), real `nft`, real
+//! connections. Nothing leaves the machine: every address is inside the
+//! namespaces.
+//!
+//! Needs root: fails otherwise, unless `RUDDER_SKIP_ROOT_TESTS=1` skips it
+//! knowingly.
+
+use std::process::{Child, Command as Process, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use rudder_host::{Command, Host};
+use rudder_proxy::model::ServiceName;
+use rudder_proxy::proxier::Proxier;
+use rudder_proxy::rules::Config;
+use rudder_proxy::topology::Locality;
+use serde_json::json;
+
+/// Runs every command inside a network namespace.
+#[derive(Debug)]
+struct InNamespace(String);
+
+#[async_trait::async_trait]
+impl Host for InNamespace {
+    async fn run(&self, command: &Command) -> Result<String, rudder_host::Error> {
+        let mut args = vec![
+            "netns".to_string(),
+            "exec".into(),
+            self.0.clone(),
+            command.program.clone(),
+        ];
+        args.extend(command.args.iter().cloned());
+        let mut wrapped = Command::new("ip", args);
+        wrapped.stdin = command.stdin.clone();
+        rudder_host::System.run(&wrapped).await
+    }
+
+    fn write_file(&self, path: &std::path::Path, contents: &str) -> Result<(), rudder_host::Error> {
+        rudder_host::System.write_file(path, contents)
+    }
+
+    fn read_file(&self, path: &std::path::Path) -> Result<String, rudder_host::Error> {
+        rudder_host::System.read_file(path)
+    }
+}
+
+fn sh(script: &str) {
+    let status = Process::new("sh")
+        .args(["-c", script])
+        .status()
+        .expect("sh runs");
+    assert!(status.success(), "{script}");
+}
+
+/// The two namespaces, removed when dropped.
+struct Namespaces {
+    node: String,
+    pods: String,
+    servers: Vec<Child>,
+}
+
+impl Namespaces {
+    fn make() -> Namespaces {
+        let id = std::process::id();
+        let node = format!("rudder-proxy-node-{id}");
+        let pods = format!("rudder-proxy-pods-{id}");
+        sh(&format!(
+            "ip netns add {node} && ip netns add {pods} && \
+             ip link add rpn{id} netns {node} type veth peer name rpp{id} netns {pods} && \
+             ip -n {node} addr add 10.42.1.1/24 dev rpn{id} && ip -n {node} link set rpn{id} up && \
+             ip -n {node} link set lo up && \
+             ip -n {pods} addr add 10.42.1.2/24 dev rpp{id} && ip -n {pods} addr add 10.42.1.3/24 dev rpp{id} && \
+             ip -n {pods} link set rpp{id} up && ip -n {pods} link set lo up && \
+             ip -n {node} route add 10.43.0.0/16 dev rpn{id}"
+        ));
+        let mut servers = Vec::new();
+        // Busybox's nc listens on every address: the two endpoints differ
+        // by port (two slices, as a named targetPort can make them).
+        for (port, answer) in [(8080, "A"), (8081, "B")] {
+            servers.push(
+                Process::new("ip")
+                    .args(["netns", "exec", &pods, "busybox", "nc", "-ll", "-p"])
+                    .arg(port.to_string())
+                    .args(["-e", "echo", answer])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("a server"),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        Namespaces {
+            node,
+            pods,
+            servers,
+        }
+    }
+
+    /// What a client in the node namespace gets from `address:port`: the
+    /// answer, or nc's error.
+    fn connect(&self, address: &str, port: u16) -> String {
+        let output = Process::new("ip")
+            .args([
+                "netns", "exec", &self.node, "busybox", "nc", "-w", "2", address,
+            ])
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .expect("nc runs");
+        let text = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        if text.is_empty() {
+            String::from_utf8_lossy(&output.stderr).trim().to_string()
+        } else {
+            text
+        }
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for server in &mut self.servers {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        let _ = Process::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ip netns pids {pods} | xargs -r kill; ip netns del {node}; ip netns del {pods}",
+                node = self.node,
+                pods = self.pods
+            ))
+            .status();
+    }
+}
+
+fn service(name: &str, ip: &str, node_port: Option<u16>) -> Service {
+    let mut port = json!({"name": "http", "port": 80, "targetPort": 8080});
+    if let Some(node_port) = node_port {
+        port["nodePort"] = json!(node_port);
+    }
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": name},
+        "spec": {"type": if node_port.is_some() { "NodePort" } else { "ClusterIP" },
+                 "clusterIP": ip, "ports": [port]}
+    }))
+    .expect("a Service")
+}
+
+/// The slice `n` of `service`: one endpoint, ready or not, on `port`.
+fn slice(service: &str, n: u32, ip: &str, port: u16, ready: bool) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": format!("{service}-{n}"),
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}, "nodeName": "n1"}]
+    }))
+    .expect("an EndpointSlice")
+}
+
+async fn sync(proxier: &mut Proxier, host: &dyn Host) {
+    while let Some(transaction) = proxier.next_transaction(1000) {
+        rudder_host::nft::apply(host, &transaction)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{transaction}"));
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_ips_and_node_ports_reach_ready_endpoints_and_nothing_else() {
+    if !is_root() {
+        assert!(
+            std::env::var("RUDDER_SKIP_ROOT_TESTS").is_ok_and(|v| v == "1"),
+            "the proxy's kernel test needs root (network namespaces, nftables): run it as root, \
+             or set RUDDER_SKIP_ROOT_TESTS=1 to skip it knowingly"
+        );
+        eprintln!(
+            "SKIPPED: the proxy's kernel test needs root and RUDDER_SKIP_ROOT_TESTS=1 skips it"
+        );
+        return;
+    }
+    let namespaces = Namespaces::make();
+    let host = InNamespace(namespaces.node.clone());
+    let config = Config {
+        cluster_cidr: "10.42.0.0/16".parse().expect("cidr"),
+        service_cidr: "10.43.0.0/16".parse().expect("cidr"),
+    };
+    let here = Locality {
+        node_name: "n1".into(),
+        zone: None,
+    };
+    let mut proxier = Proxier::new(config, here);
+    let web = ServiceName::new("default", "web");
+    let empty = ServiceName::new("default", "empty");
+    proxier.service(
+        web.clone(),
+        Some(&service("web", "10.43.0.10", Some(30080))),
+    );
+    proxier.slice(None, Some(&slice("web", 1, "10.42.1.2", 8080, true)));
+    proxier.slice(None, Some(&slice("web", 2, "10.42.1.3", 8081, true)));
+    proxier.service(empty.clone(), Some(&service("empty", "10.43.0.11", None)));
+    sync(&mut proxier, &host).await;
+
+    // Both endpoints answer through the ClusterIP, and through the
+    // NodePort on the node's own address.
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        seen.insert(namespaces.connect("10.43.0.10", 80));
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        ["A".to_string(), "B".to_string()].into(),
+        "both endpoints answer"
+    );
+    let through_node_port = namespaces.connect("10.42.1.1", 30080);
+    assert!(
+        ["A", "B"].contains(&through_node_port.as_str()),
+        "{through_node_port}"
+    );
+
+    // No endpoints: refused (nc says "timed out" when a packet is
+    // dropped); the same for an undefined port of a ClusterIP.
+    let refused = namespaces.connect("10.43.0.11", 80);
+    assert!(refused.contains("refused"), "{refused}");
+    let refused = namespaces.connect("10.43.0.10", 81);
+    assert!(refused.contains("refused"), "{refused}");
+
+    // An endpoint going unready is out of rotation after one sync.
+    proxier.slice(None, Some(&slice("web", 2, "10.42.1.3", 8081, false)));
+    sync(&mut proxier, &host).await;
+    for _ in 0..10 {
+        assert_eq!(namespaces.connect("10.43.0.10", 80), "A");
+    }
+
+    // A Service deleted leaves nothing behind: its address is dropped
+    // like any unallocated one.
+    proxier.service(web, None);
+    sync(&mut proxier, &host).await;
+    let gone = namespaces.connect("10.43.0.10", 80);
+    assert!(!["A", "B"].contains(&gone.as_str()), "{gone}");
+
+    // A refused transaction changes nothing; the next one rebuilds the
+    // table whole and it serves again.
+    assert!(
+        rudder_host::nft::apply(&host, "add element ip rudder-proxy no-such-map { 1 }\n")
+            .await
+            .is_err()
+    );
+    proxier.failed();
+    proxier.slice(None, Some(&slice("empty", 1, "10.42.1.3", 8081, true)));
+    sync(&mut proxier, &host).await;
+    assert_eq!(namespaces.connect("10.43.0.11", 80), "B");
+}

@@ -1,0 +1,238 @@
+//! Services carry traffic on a real one-node cluster (`rudder server` with
+//! its agent and service proxy, containerd, the CNI bridge, nftables):
+//! `kubectl expose` gives a ClusterIP that a client pod and the host
+//! reach, balanced over the Deployment's pods; a NodePort answers on the
+//! node's addresses; a Service whose selector matches nothing refuses at
+//! once; a pod taken out of the Service leaves the rotation. Needs root: fails
+//! otherwise, unless `RUDDER_SKIP_ROOT_TESTS=1` skips it knowingly.
+//!
+//! Nothing leaves the machine: the test talks to loopback, to its own
+//! bridge's addresses and to Service addresses the proxy rewrites to
+//! them; the cluster and service CIDRs stay blackholed.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use common::Kubectl;
+use common::node::{Cluster, wait_for};
+
+const BRIDGE: &str = "rudsvc0";
+const CLUSTER_CIDR: &str = "10.42.224.0/20";
+const IMAGE: &str = "rudder.local/busybox:1";
+
+/// GET / from `ip:port` over plain TCP: the body of a 200, or what went
+/// wrong (`refused`, `timeout`, …).
+fn get(ip: &str, port: u16) -> Result<String, String> {
+    let address: SocketAddr = format!("{ip}:{port}").parse().map_err(|e| format!("{e}"))?;
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).map_err(|e| {
+        match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => "refused".to_string(),
+            std::io::ErrorKind::TimedOut => "timeout".to_string(),
+            _ => e.to_string(),
+        }
+    })?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"GET /index.html HTTP/1.0\r\nHost: svc\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| e.to_string())?;
+    let (head, body) = response.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
+    if head.split_whitespace().nth(1) == Some("200") {
+        Ok(body.trim().to_string())
+    } else {
+        Err(head.to_string())
+    }
+}
+
+fn jsonpath(k: &Kubectl<'_>, args: &[&str], path: &str) -> String {
+    let mut all = args.to_vec();
+    let path = format!("jsonpath={path}");
+    all.extend(["-o", &path]);
+    let (ok, out) = k.run(&all, None);
+    assert!(ok, "{out}");
+    out.trim().to_string()
+}
+
+/// The bodies `n` requests to `ip:port` got.
+fn answers(ip: &str, port: u16, n: usize) -> BTreeSet<String> {
+    (0..n)
+        .map(|_| get(ip, port).unwrap_or_else(|e| format!("error: {e}")))
+        .collect()
+}
+
+#[test]
+fn services_reach_their_pods_from_pods_and_from_the_host() {
+    if !common::require_root("services_e2e") {
+        return;
+    }
+    let cluster = Cluster::start(BRIDGE, CLUSTER_CIDR);
+    let kubectl = common::versions().pop().expect("a kubectl").1;
+    let k = cluster.kubectl(&kubectl, "default");
+    cluster.wait_node_ready(&k);
+
+    // Two web pods, each answering with its own name; ready while
+    // /tmp/ready exists.
+    let web = format!(
+        r#"{{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {{"name": "web"}},
+          "spec": {{"replicas": 2, "selector": {{"matchLabels": {{"app": "web"}}}},
+            "template": {{"metadata": {{"labels": {{"app": "web"}}}},
+              "spec": {{"terminationGracePeriodSeconds": 1, "containers": [{{"name": "web", "image": "{IMAGE}",
+                "command": ["sh", "-c", "echo $(hostname) > /tmp/index.html; touch /tmp/ready; exec httpd -f -p 8080 -h /tmp"],
+                "readinessProbe": {{"exec": {{"command": ["test", "-f", "/tmp/ready"]}}, "periodSeconds": 1, "failureThreshold": 1}}}}]}}}}}}}}"#
+    );
+    let (ok, out) = k.run(&["apply", "-f", "-"], Some(&web));
+    assert!(ok, "{out}");
+    let (ok, out) = k.run(
+        &[
+            "expose",
+            "deployment",
+            "web",
+            "--port=80",
+            "--target-port=8080",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = k.run(
+        &[
+            "create",
+            "service",
+            "nodeport",
+            "web-np",
+            "--tcp=81:8080",
+            "--node-port=30981",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    // create service nodeport selects app=web-np: point it at the pods.
+    let (ok, out) = k.run(&["set", "selector", "service", "web-np", "app=web"], None);
+    assert!(ok, "{out}");
+    let (ok, out) = k.run(
+        &["create", "service", "clusterip", "nobody", "--tcp=80:8080"],
+        None,
+    );
+    assert!(ok, "{out}");
+
+    let pods: BTreeSet<String> = wait_for(
+        "2 ready web pods",
+        Duration::from_secs(90),
+        &cluster,
+        || {
+            let out = jsonpath(
+                &k,
+                &["get", "pods", "-l", "app=web"],
+                r#"{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+            );
+            let ready: BTreeSet<String> = out
+                .lines()
+                .filter(|l| l.ends_with(" True"))
+                .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+                .collect();
+            (ready.len() == 2).then_some(ready)
+        },
+    );
+    let cluster_ip = jsonpath(&k, &["get", "service", "web"], "{.spec.clusterIP}");
+    assert!(cluster_ip.starts_with("10.43."), "{cluster_ip}");
+
+    // From the host: the ClusterIP balances over both pods.
+    let seen = wait_for(
+        "both pods through the ClusterIP",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            let seen = answers(&cluster_ip, 80, 20);
+            (seen == pods).then_some(seen)
+        },
+    );
+    assert_eq!(seen, pods);
+
+    // A NodePort answers on the node's addresses (its bridge's here; the
+    // test reaches no other), never on loopback.
+    let gateway = rudder_api::network::Cidr::parse(&jsonpath(
+        &k,
+        &["get", "node", "e2e-node"],
+        "{.spec.podCIDR}",
+    ))
+    .expect("a podCIDR")
+    .gateway()
+    .to_string();
+    let through_node_port = wait_for("the NodePort", Duration::from_secs(30), &cluster, || {
+        get(&gateway, 30981).ok()
+    });
+    assert!(pods.contains(&through_node_port), "{through_node_port}");
+    assert!(get("127.0.0.1", 30981).is_err(), "no NodePort on loopback");
+
+    // From a pod: the client pod's log holds what the Service answered.
+    let client = format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "client"}},
+          "spec": {{"restartPolicy": "Never", "containers": [{{"name": "c", "image": "{IMAGE}",
+            "command": ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {cluster_ip} 80 | tail -n 1; done; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {nobody} 80 2>&1 | tail -n 1"]}}]}}}}"#,
+        nobody = jsonpath(&k, &["get", "service", "nobody"], "{.spec.clusterIP}"),
+    );
+    let (ok, out) = k.run(&["apply", "-f", "-"], Some(&client));
+    assert!(ok, "{out}");
+    wait_for(
+        "the client pod to finish",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let phase = jsonpath(&k, &["get", "pod", "client"], "{.status.phase}");
+            (phase == "Succeeded" || phase == "Failed").then_some(())
+        },
+    );
+    let (ok, log) = k.run(&["logs", "client"], None);
+    assert!(ok, "{log}");
+    let lines: BTreeSet<String> = log.lines().map(|l| l.trim().to_string()).collect();
+    for pod in &pods {
+        assert!(lines.contains(pod), "{pod} answered the client pod: {log}");
+    }
+    assert!(
+        log.contains("Connection refused"),
+        "a Service without endpoints refuses (a drop would time out): {log}"
+    );
+
+    // A Service whose selector matches nothing refuses at once (a
+    // time-out would mean the packet was dropped, not rejected).
+    let nobody = jsonpath(&k, &["get", "service", "nobody"], "{.spec.clusterIP}");
+    assert_eq!(get(&nobody, 80), Err("refused".into()));
+
+    // A pod taken out of the Service (relabelled: its ReplicaSet makes
+    // another) leaves the rotation.
+    let leaving = pods.iter().next().expect("a pod").clone();
+    let (ok, out) = k.run(
+        &["label", "pod", &leaving, "app=retired", "--overwrite"],
+        None,
+    );
+    assert!(ok, "{out}");
+    wait_for(
+        "the relabelled pod out of rotation",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let seen = answers(&cluster_ip, 80, 20);
+            (!seen.contains(&leaving)
+                && seen.len() == 2
+                && seen.iter().all(|s| !s.starts_with("error")))
+            .then_some(())
+        },
+    );
+    assert!(
+        get(&leaving_ip(&k, &leaving), 8080).is_ok(),
+        "the pod itself still runs"
+    );
+}
+
+/// The pod IP of `pod`.
+fn leaving_ip(k: &Kubectl<'_>, pod: &str) -> String {
+    jsonpath(k, &["get", "pod", pod], "{.status.podIP}")
+}
