@@ -31,6 +31,7 @@ pub mod podgc;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod serviceaccount;
+pub mod servicelb;
 pub mod statefulset;
 pub mod ttl;
 pub mod volume;
@@ -123,6 +124,9 @@ pub struct Options {
     pub cluster_signing_duration: Duration,
     /// Leader election; `None` runs the controllers at once, unelected.
     pub lease: Option<LeaseConfig>,
+    /// Controllers not started, by their name in [`CONTROLLERS`]
+    /// (`--disable-servicelb` puts `service-lb-controller` here).
+    pub disabled: std::collections::BTreeSet<String>,
 }
 
 impl Default for Options {
@@ -151,6 +155,7 @@ impl Default for Options {
             cluster_signing_duration: certificates::signer::DEFAULT_DURATION,
             discovery_every: Duration::from_secs(30),
             lease: Some(LeaseConfig::new("kube-controller-manager", &identity())),
+            disabled: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -228,6 +233,10 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
         "certificatesigningrequest-approving-controller",
         |ctx, stop| Box::pin(certificates::run_approver(ctx, stop)),
     ),
+    // k3s's ServiceLB, without its pods.
+    ("service-lb-controller", |ctx, stop| {
+        Box::pin(servicelb::run(ctx, stop))
+    }),
 ];
 
 /// The controller manager.
@@ -373,6 +382,10 @@ pub(crate) fn failure_message(error: &kube::Error) -> String {
 async fn run_controllers(context: Arc<Context>, stop: CancellationToken) {
     let mut tasks = tokio::task::JoinSet::new();
     for (name, start) in CONTROLLERS {
+        if context.options.disabled.contains(*name) {
+            tracing::info!(controller = name, "disabled");
+            continue;
+        }
         tracing::info!(controller = name, "starting");
         tasks.spawn(start(context.clone(), stop.clone()));
     }

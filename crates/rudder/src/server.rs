@@ -66,6 +66,12 @@ pub struct ServerArgs {
     #[arg(long)]
     pub disable_scheduler: bool,
 
+    /// Give LoadBalancer Services no addresses (k3s's
+    /// `--disable=servicelb`): another load balancer controller does, or
+    /// none.
+    #[arg(long)]
+    pub disable_servicelb: bool,
+
     /// The scheduler's configuration: a KubeSchedulerConfiguration
     /// (kubescheduler.config.k8s.io/v1, YAML or JSON) — its profiles,
     /// plugins and their arguments, percentageOfNodesToScore, backoff.
@@ -254,6 +260,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             node_monitor_period: args.node_monitor_period,
             node_monitor_grace_period: args.node_monitor_grace_period,
             node_startup_grace_period: args.node_startup_grace_period,
+            disabled: if args.disable_servicelb {
+                ["service-lb-controller".to_string()].into()
+            } else {
+                Default::default()
+            },
             ..rudder_controllers::Options::default()
         };
         let manager = rudder_controllers::ControllerManager::new(client, options);

@@ -23,6 +23,35 @@ use common::node::{Cluster, wait_for};
 const BRIDGE: &str = "rudsvc0";
 const CLUSTER_CIDR: &str = "10.42.224.0/20";
 const IMAGE: &str = "rudder.local/busybox:1";
+/// The node's address: one the test adds to loopback (a node at 127.0.0.1
+/// could carry no load balancer, nor NodePorts).
+const NODE_IP: &str = "10.99.224.1";
+
+/// [`NODE_IP`] on `lo` while the test runs.
+struct NodeAddress;
+
+impl NodeAddress {
+    fn add() -> NodeAddress {
+        let _ = std::process::Command::new("ip")
+            .args(["addr", "del", &format!("{NODE_IP}/32"), "dev", "lo"])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let status = std::process::Command::new("ip")
+            .args(["addr", "add", &format!("{NODE_IP}/32"), "dev", "lo"])
+            .status()
+            .expect("ip runs");
+        assert!(status.success(), "add {NODE_IP} to lo");
+        NodeAddress
+    }
+}
+
+impl Drop for NodeAddress {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["addr", "del", &format!("{NODE_IP}/32"), "dev", "lo"])
+            .status();
+    }
+}
 
 /// GET / from `ip:port` over plain TCP: the body of a 200, or what went
 /// wrong (`refused`, `timeout`, …).
@@ -74,7 +103,8 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     if !common::require_root("services_e2e") {
         return;
     }
-    let cluster = Cluster::start(BRIDGE, CLUSTER_CIDR);
+    let _address = NodeAddress::add();
+    let cluster = Cluster::start_with_node_ip(BRIDGE, CLUSTER_CIDR, NODE_IP);
     let kubectl = common::versions().pop().expect("a kubectl").1;
     let k = cluster.kubectl(&kubectl, "default");
     cluster.wait_node_ready(&k);
@@ -171,6 +201,50 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     });
     assert!(pods.contains(&through_node_port), "{through_node_port}");
     assert!(get("127.0.0.1", 30981).is_err(), "no NodePort on loopback");
+
+    // A LoadBalancer gets the node's address (no class: rudder's own load
+    // balancer), shown by kubectl, and answers on it.
+    let (ok, out) = k.run(
+        &[
+            "create",
+            "service",
+            "loadbalancer",
+            "web-lb",
+            "--tcp=82:8080",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = k.run(&["set", "selector", "service", "web-lb", "app=web"], None);
+    assert!(ok, "{out}");
+    let node_ip = jsonpath(
+        &k,
+        &["get", "node", "e2e-node"],
+        r#"{.status.addresses[?(@.type=="InternalIP")].address}"#,
+    );
+    let ingress = wait_for(
+        "the load balancer's address",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            let ip = jsonpath(
+                &k,
+                &["get", "service", "web-lb"],
+                "{.status.loadBalancer.ingress[0].ip}",
+            );
+            (!ip.is_empty()).then_some(ip)
+        },
+    );
+    assert_eq!(ingress, node_ip);
+    let (ok, table) = k.run(&["get", "service", "web-lb"], None);
+    assert!(ok && table.contains(&node_ip), "EXTERNAL-IP shown: {table}");
+    let through_lb = wait_for(
+        "the load balancer",
+        Duration::from_secs(30),
+        &cluster,
+        || get(&ingress, 82).ok(),
+    );
+    assert!(pods.contains(&through_lb), "{through_lb}");
 
     // From a pod: the client pod's log holds what the Service answered.
     let client = format!(

@@ -24,6 +24,8 @@ pub struct Cluster {
     pub cluster_cidr: &'static str,
     /// The agent's HTTPS port (`kubectl logs` goes through it).
     pub kubelet_port: u16,
+    /// The node's address (`--node-ip`).
+    pub node_ip: &'static str,
     _dir: tempfile::TempDir,
     /// No pod of the test's sends a packet off the machine.
     _guard: rudder_kubelet::network::EgressGuard,
@@ -35,6 +37,15 @@ impl Cluster {
     /// packed into the agent's images, and an egress guard named after the
     /// bridge.
     pub fn start(bridge: &'static str, cluster_cidr: &'static str) -> Cluster {
+        Cluster::start_with_node_ip(bridge, cluster_cidr, "127.0.0.1")
+    }
+
+    /// The same with the node at `node_ip` (an address of this machine).
+    pub fn start_with_node_ip(
+        bridge: &'static str,
+        cluster_cidr: &'static str,
+        node_ip: &'static str,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let data = dir.path().join("data");
         super::pack_busybox(&data.join("agent/images"));
@@ -47,6 +58,7 @@ impl Cluster {
             bridge,
             cluster_cidr,
             kubelet_port,
+            node_ip,
             _dir: dir,
             _guard: super::egress_guard(&format!("{bridge}-guard"), cluster_cidr),
         };
@@ -66,7 +78,7 @@ impl Cluster {
             .arg(self.port.to_string())
             .arg("--data-dir")
             .arg(&self.data)
-            .args(["--node-name", "e2e-node", "--node-ip", "127.0.0.1"])
+            .args(["--node-name", "e2e-node", "--node-ip", self.node_ip])
             .args([
                 "--cluster-cidr",
                 self.cluster_cidr,
