@@ -365,7 +365,13 @@ async fn floor_pod(
         let paths = volumes::setup(client, root, pod, &context)
             .await
             .map_err(|e| anyhow::anyhow!("the floor's volumes: {e}"))?;
-        let mut sandbox = rudder_kubelet::pods::config::sandbox_config(pod, 0, &dirs.logs);
+        // The agent's DNS settings: the runtime writes the same resolv.conf.
+        let dns = rudder_kubelet::pods::dns::Settings {
+            cluster_dns: vec![rudder_api::network::CLUSTER_DNS],
+            cluster_domain: rudder_api::network::CLUSTER_DOMAIN.into(),
+            host: Default::default(),
+        };
+        let mut sandbox = rudder_kubelet::pods::config::sandbox_config(pod, 0, &dirs.logs, &dns);
         sandbox.labels.remove(cri::POD_UID_LABEL);
         std::fs::create_dir_all(&sandbox.log_directory)?;
         let id = runtime.run_pod_sandbox(sandbox.clone()).await?;

@@ -57,6 +57,13 @@ pub struct Options {
     /// The machine: every route, sysctl and nftables change goes through
     /// it.
     pub host: Arc<dyn Host>,
+    /// The cluster DNS Service's address pods resolve with
+    /// (`--cluster-dns`), and the cluster domain (`--cluster-domain`).
+    pub cluster_dns: Vec<std::net::Ipv4Addr>,
+    pub cluster_domain: String,
+    /// The node's resolv.conf: what `dnsPolicy: Default` pods get, and the
+    /// search domains cluster pods add (`--resolv-conf`).
+    pub resolv_conf: PathBuf,
 }
 
 impl Options {
@@ -80,6 +87,9 @@ impl Options {
             kubelet_port: 10250,
             serving_tls: None,
             host: Arc::new(rudder_host::System),
+            cluster_dns: vec![rudder_api::network::CLUSTER_DNS],
+            cluster_domain: rudder_api::network::CLUSTER_DOMAIN.into(),
+            resolv_conf: "/etc/resolv.conf".into(),
         }
     }
 
@@ -271,6 +281,11 @@ async fn run_with(
         allocatable_cpu_millis,
         allocatable_memory,
         tokens: Default::default(),
+        dns: pods::dns::Settings {
+            cluster_dns: options.cluster_dns.clone(),
+            cluster_domain: options.cluster_domain.clone(),
+            host: node_resolv_conf(&*options.host, &options.resolv_conf),
+        },
     });
     let informers = Informers::new(client, stop.child_token());
     if let Some((listener, config)) = serving {
@@ -287,6 +302,36 @@ async fn run_with(
     pods::run(shared, &informers, &options.node_name, stop.clone()).await;
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// The node's resolv.conf for its pods. One that names only loopback
+/// resolvers (systemd-resolved's stub, 127.0.0.53) is no use inside a
+/// pod: systemd-resolved's own upstream list is taken instead when there
+/// is one, as k3s does.
+fn node_resolv_conf(host: &dyn Host, path: &std::path::Path) -> pods::dns::ResolvConf {
+    let read = |path: &std::path::Path| {
+        host.read_file(path)
+            .ok()
+            .and_then(|text| match pods::dns::ResolvConf::parse(&text) {
+                Ok(conf) => Some(conf),
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error, "the node's resolv.conf is malformed");
+                    None
+                }
+            })
+    };
+    let conf = read(path).unwrap_or_default();
+    let loopback_only = !conf.nameservers.is_empty()
+        && conf.nameservers.iter().all(|s| {
+            s.parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+        });
+    if loopback_only
+        && let Some(resolved) = read(std::path::Path::new("/run/systemd/resolve/resolv.conf"))
+    {
+        return resolved;
+    }
+    conf
 }
 
 /// Sets up the pod network for `pod_cidr`: the conflist, forwarding and

@@ -50,6 +50,11 @@ impl Node {
             allocatable_cpu_millis: 2000,
             allocatable_memory: 4 << 30,
             tokens: Default::default(),
+            dns: rudder_kubelet::pods::dns::Settings {
+                cluster_dns: vec![[10, 43, 0, 10].into()],
+                cluster_domain: "cluster.local".into(),
+                host: Default::default(),
+            },
         });
         // What the root CA publisher makes in every namespace, for the
         // kube-api-access volume admission adds to every pod.

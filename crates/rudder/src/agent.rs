@@ -48,6 +48,21 @@ pub struct NodeArgs {
     /// Services' addresses answer only if something else programs them.
     #[arg(long)]
     pub disable_proxy: bool,
+
+    /// The cluster DNS address pods resolve with (`dnsPolicy:
+    /// ClusterFirst`), as upstream's kubelet `--cluster-dns`.
+    #[arg(long, default_value = "10.43.0.10")]
+    pub cluster_dns: std::net::Ipv4Addr,
+
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+
+    /// The node's resolv.conf for pods (`dnsPolicy: Default`, and the
+    /// search domains cluster pods add); one naming only loopback
+    /// resolvers is replaced by systemd-resolved's upstream list.
+    #[arg(long, default_value = "/etc/resolv.conf")]
+    pub resolv_conf: PathBuf,
 }
 
 impl NodeArgs {
@@ -71,6 +86,9 @@ impl NodeArgs {
         ) = parse_eviction_hard(&self.eviction_hard)
             .map_err(|e| anyhow::anyhow!("--eviction-hard: {e}"))?;
         options.kubelet_port = self.kubelet_port;
+        options.cluster_dns = vec![self.cluster_dns];
+        options.cluster_domain = self.cluster_domain.clone();
+        options.resolv_conf = self.resolv_conf.clone();
         options.bridge = self.cni_bridge.clone();
         options.nftables_table = self.cni_bridge.clone();
         options.cluster_cidr = cluster_cidr

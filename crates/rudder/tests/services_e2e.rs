@@ -250,7 +250,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     let client = format!(
         r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "client"}},
           "spec": {{"restartPolicy": "Never", "containers": [{{"name": "c", "image": "{IMAGE}",
-            "command": ["sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {cluster_ip} 80 | tail -n 1; done; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {nobody} 80 2>&1 | tail -n 1"]}}]}}}}"#,
+            "command": ["sh", "-c", "cat /etc/resolv.conf /etc/hosts; for i in 1 2 3 4 5 6 7 8 9 10; do printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {cluster_ip} 80 | tail -n 1; done; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {nobody} 80 2>&1 | tail -n 1"]}}]}}}}"#,
         nobody = jsonpath(&k, &["get", "service", "nobody"], "{.spec.clusterIP}"),
     );
     let (ok, out) = k.run(&["apply", "-f", "-"], Some(&client));
@@ -267,6 +267,17 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     let (ok, log) = k.run(&["logs", "client"], None);
     assert!(ok, "{log}");
     let lines: BTreeSet<String> = log.lines().map(|l| l.trim().to_string()).collect();
+    // Its resolv.conf and hosts file as upstream's kubelet makes them.
+    for expected in [
+        "search default.svc.cluster.local svc.cluster.local cluster.local",
+        "nameserver 10.43.0.10",
+        "options ndots:5",
+        "# Kubernetes-managed hosts file.",
+    ] {
+        assert!(log.contains(expected), "{expected} in the client pod's files: {log}");
+    }
+    let client_ip = jsonpath(&k, &["get", "pod", "client"], "{.status.podIP}");
+    assert!(log.contains(&format!("{client_ip}\tclient\n")), "its own name in /etc/hosts: {log}");
     for pod in &pods {
         assert!(lines.contains(pod), "{pod} answered the client pod: {log}");
     }

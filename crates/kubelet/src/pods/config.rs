@@ -72,9 +72,15 @@ fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
     }
 }
 
-/// The pod's sandbox config for its `attempt`-th sandbox.
-pub fn sandbox_config(pod: &Pod, attempt: u32, log_root: &Path) -> cri::PodSandboxConfig {
-    let spec = pod.spec.clone().unwrap_or_default();
+/// The pod's sandbox config for its `attempt`-th sandbox: its names, its
+/// namespaces, and the DNS config the runtime writes its resolv.conf
+/// from.
+pub fn sandbox_config(
+    pod: &Pod,
+    attempt: u32,
+    log_root: &Path,
+    dns: &super::dns::Settings,
+) -> cri::PodSandboxConfig {
     let mut labels: HashMap<String, String> = pod
         .labels()
         .iter()
@@ -85,7 +91,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_root: &Path) -> cri::PodSandb
     let hostname = if host_network(pod) {
         String::new()
     } else {
-        spec.hostname.clone().unwrap_or_else(|| pod.name_any())
+        super::dns::kernel_hostname(pod, &dns.cluster_domain)
     };
     cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
@@ -95,6 +101,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, log_root: &Path) -> cri::PodSandb
             attempt,
         }),
         hostname,
+        dns_config: Some(super::dns::dns_config(pod, dns).0),
         log_directory: log_directory(log_root, pod),
         labels,
         annotations: pod
@@ -361,7 +368,12 @@ mod tests {
             (50_000, 100_000)
         );
         assert_eq!(resources.memory_limit_in_bytes, 64 << 20);
-        let sandbox = sandbox_config(&pod, 0, Path::new("/var/log/pods"));
+        let dns = super::super::dns::Settings {
+            cluster_dns: vec![[10, 43, 0, 10].into()],
+            cluster_domain: "cluster.local".into(),
+            host: Default::default(),
+        };
+        let sandbox = sandbox_config(&pod, 0, Path::new("/var/log/pods"), &dns);
         assert_eq!(sandbox.log_directory, "/var/log/pods/default_web_u1");
         assert_eq!(sandbox.hostname, "web");
     }

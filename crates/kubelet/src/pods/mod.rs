@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod config;
+pub mod dns;
 pub mod env;
 pub mod logs;
 pub mod observed;

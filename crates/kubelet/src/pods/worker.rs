@@ -57,6 +57,8 @@ pub struct Shared {
     pub allocatable_memory: i128,
     /// The projected ServiceAccount tokens of the pods.
     pub tokens: super::tokens::Tokens,
+    /// What pods resolve names with.
+    pub dns: super::dns::Settings,
 }
 
 impl std::fmt::Debug for Shared {
@@ -493,7 +495,12 @@ async fn start(
         allocatable_memory: shared.allocatable_memory,
     };
     let envs = env::build(pod, container, &sources, &context).map_err(config_error)?;
-    let mounts = volumes::mounts(container, volume_paths).map_err(config_error)?;
+    let mut mounts = volumes::mounts(container, volume_paths).map_err(config_error)?;
+    if let Some(hosts) = etc_hosts(shared, pod, pod_ip).map_err(config_error)?
+        && !mounts.iter().any(|m| m.container_path == "/etc/hosts")
+    {
+        mounts.push(hosts);
+    }
     let config = container_config(pod, container, what.attempt, what.init, envs, mounts);
     let id = shared
         .runtime
@@ -548,6 +555,43 @@ async fn start(
         }
     }
     Ok(())
+}
+
+/// The pod's managed `/etc/hosts`, written under its directory afresh
+/// for each container start (upstream's `k8s-managed-etc-hosts`), as a
+/// mount; none while the pod has no address.
+fn etc_hosts(
+    shared: &Shared,
+    pod: &Pod,
+    pod_ip: &str,
+) -> Result<Option<crate::cri::v1::Mount>, String> {
+    if pod_ip.is_empty() {
+        return Ok(None);
+    }
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let node_hosts =
+        host_network.then(|| std::fs::read_to_string("/etc/hosts").unwrap_or_default());
+    let text = super::dns::hosts_file(
+        pod,
+        &[pod_ip.to_string()],
+        &shared.dns.cluster_domain,
+        node_hosts.as_deref(),
+    );
+    let dir = shared.pods_dir.join(pod.uid().unwrap_or_default());
+    let path = dir.join("etc-hosts");
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&path, text))
+        .map_err(|e| format!("write {}: {e}", path.display()))?;
+    Ok(Some(crate::cri::v1::Mount {
+        container_path: "/etc/hosts".into(),
+        host_path: path.display().to_string(),
+        readonly: false,
+        ..Default::default()
+    }))
 }
 
 fn is_terminal(pod: &Pod) -> bool {
@@ -719,8 +763,17 @@ async fn sync(
         .create_sandbox
         .or(observed.sandboxes.first().map(|s| s.attempt))
         .unwrap_or(0);
-    let sandbox = sandbox_config(pod, attempt, &shared.log_root);
+    let sandbox = sandbox_config(pod, attempt, &shared.log_root, &shared.dns);
     if plan.create_sandbox.is_some() {
+        for warning in super::dns::dns_config(pod, &shared.dns).1 {
+            shared.recorder.event(
+                &reference_to(pod),
+                EventType::Warning,
+                "DNSConfigForming",
+                "DNSConfigForming",
+                &warning,
+            );
+        }
         match shared.runtime.run_pod_sandbox(sandbox.clone()).await {
             Ok(id) => sandbox_id = Some(id),
             Err(e) => {
