@@ -16,6 +16,7 @@ mod node;
 mod plane;
 mod report;
 mod scheduler;
+mod services;
 mod store;
 
 use clap::{Parser, Subcommand};
@@ -52,6 +53,38 @@ enum Scenario {
     /// The scheduler: upstream's scheduler_perf workloads on fake nodes,
     /// beside plain bindings of the same pods.
     Scheduler(Options),
+    /// The service proxy in network namespaces: programming 10,000
+    /// Services (cold, replaced, one on top, endpoint changes) beside
+    /// upstream's nftables layout through the same nft; connect latency
+    /// through a ClusterIP with 1 and 10,000 Services; throughput through
+    /// a ClusterIP against the pod's address. Needs root.
+    Services(Options),
+    /// (the services bench's client, in its namespace)
+    #[command(hide = true)]
+    ConnectProbe {
+        #[arg(long)]
+        target: std::net::SocketAddr,
+        #[arg(long)]
+        count: usize,
+    },
+    /// (the services bench's programming phases, in the node's namespace)
+    #[command(hide = true)]
+    ServicesProgram {
+        #[arg(long)]
+        phase: String,
+        #[arg(long)]
+        services: usize,
+        #[arg(long)]
+        endpoints: usize,
+        #[arg(long)]
+        changes: usize,
+    },
+    /// (the services bench's server, in its namespace)
+    #[command(hide = true)]
+    TcpSink {
+        #[arg(long)]
+        port: u16,
+    },
     /// One real node: pods started by `rudder server`'s agent on
     /// containerd, beside the same pods started directly (their volumes set
     /// up by the agent's code, then direct CRI calls); the server's memory
@@ -85,6 +118,17 @@ fn main() -> anyhow::Result<()> {
         Scenario::Controllers(options) => (runtime.block_on(controllers::run(&options))?, options),
         Scenario::Scheduler(options) => (runtime.block_on(scheduler::run(&options))?, options),
         Scenario::Node(options) => (runtime.block_on(node::run(&options))?, options),
+        Scenario::Services(options) => (runtime.block_on(services::run(&options))?, options),
+        Scenario::ConnectProbe { target, count } => return services::connect_probe(target, count),
+        Scenario::TcpSink { port } => return services::tcp_sink(port),
+        Scenario::ServicesProgram {
+            phase,
+            services,
+            endpoints,
+            changes,
+        } => {
+            return runtime.block_on(services::program(&phase, services, endpoints, changes));
+        }
     };
     match report.not_for_doc() {
         None => {

@@ -168,3 +168,14 @@ pub fn machine_description() -> String {
         .unwrap_or(0.0);
     format!("{cores} cores ({model}), {mem_gib:.0} GiB")
 }
+
+/// The nearest-rank `percent`-th percentile of `values` (in any order).
+pub fn nearest_rank(values: &[f64], percent: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((sorted.len() as f64) * percent / 100.0).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}

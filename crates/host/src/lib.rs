@@ -11,6 +11,7 @@
 //! ([`nft`]).
 
 pub mod command;
+pub mod netns;
 pub mod nft;
 pub mod routes;
 pub mod sysctl;
@@ -18,4 +19,5 @@ pub mod sysctl;
 pub mod testing;
 
 pub use command::{Command, Error, Host, System, system_command};
+pub use netns::InNamespace;
 pub use rudder_api::network::Cidr;

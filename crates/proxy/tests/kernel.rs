@@ -12,40 +12,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use rudder_host::{Command, Host};
+use rudder_host::{Host, InNamespace};
 use rudder_proxy::model::ServiceName;
 use rudder_proxy::proxier::Proxier;
 use rudder_proxy::rules::Config;
 use rudder_proxy::topology::Locality;
 use serde_json::json;
-
-/// Runs every command inside a network namespace.
-#[derive(Debug)]
-struct InNamespace(String);
-
-#[async_trait::async_trait]
-impl Host for InNamespace {
-    async fn run(&self, command: &Command) -> Result<String, rudder_host::Error> {
-        let mut args = vec![
-            "netns".to_string(),
-            "exec".into(),
-            self.0.clone(),
-            command.program.clone(),
-        ];
-        args.extend(command.args.iter().cloned());
-        let mut wrapped = Command::new("ip", args);
-        wrapped.stdin = command.stdin.clone();
-        rudder_host::System.run(&wrapped).await
-    }
-
-    fn write_file(&self, path: &std::path::Path, contents: &str) -> Result<(), rudder_host::Error> {
-        rudder_host::System.write_file(path, contents)
-    }
-
-    fn read_file(&self, path: &std::path::Path) -> Result<String, rudder_host::Error> {
-        rudder_host::System.read_file(path)
-    }
-}
 
 fn sh(script: &str) {
     let status = Process::new("sh")
@@ -194,7 +166,7 @@ async fn cluster_ips_and_node_ports_reach_ready_endpoints_and_nothing_else() {
         return;
     }
     let namespaces = Namespaces::make();
-    let host = InNamespace(namespaces.node.clone());
+    let host = InNamespace::new(&namespaces.node);
     let config = Config {
         cluster_cidr: "10.42.0.0/16".parse().expect("cidr"),
         service_cidr: "10.43.0.0/16".parse().expect("cidr"),
