@@ -238,3 +238,61 @@ async fn discovery_lists_only_served_subresources() {
     assert!(listed > 20, "subresources were listed");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_load_balancer_gets_a_health_check_port_and_gives_it_back() {
+    let (server, store, _dir) = plane().await;
+    let client = server.client(&Identity::admin());
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "lb"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+    }))
+    .expect("service");
+    let lb = services
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("create");
+    let spec = lb.spec.expect("spec");
+    assert_eq!(spec.external_traffic_policy.as_deref(), Some("Cluster"));
+    assert_eq!(
+        spec.health_check_node_port, None,
+        "the Cluster policy needs none"
+    );
+
+    let local = services
+        .patch(
+            "lb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"externalTrafficPolicy": "Local"}})),
+        )
+        .await
+        .expect("to Local");
+    let port = local
+        .spec
+        .and_then(|s| s.health_check_node_port)
+        .expect("a health check port");
+    assert!((30000..=32767).contains(&port), "{port}");
+    let key = format!("/registry/ranges/servicenodeports/{port}");
+    assert!(
+        store.store.get(key.as_bytes(), None).await.is_ok(),
+        "the port is claimed"
+    );
+
+    let back = services
+        .patch(
+            "lb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"externalTrafficPolicy": "Cluster"}})),
+        )
+        .await
+        .expect("back to Cluster");
+    assert_eq!(back.spec.and_then(|s| s.health_check_node_port), None);
+    assert!(
+        matches!(
+            store.store.get(key.as_bytes(), None).await,
+            Err(rudder_store::Error::NotFound)
+        ),
+        "the port is released"
+    );
+}

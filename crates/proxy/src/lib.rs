@@ -11,8 +11,10 @@
 //! - [`rules`]: a Service's share of the ruleset, a pure function;
 //! - [`table`]: the programmed state in memory and the transaction that
 //!   takes the kernel from one state to the next, only what changed;
-//! - [`proxier`]: the loop that watches, computes and applies.
+//! - [`proxier`]: the loop that watches, computes and applies;
+//! - [`health`]: the `healthCheckNodePort` servers.
 
+pub mod health;
 pub mod model;
 pub mod proxier;
 pub mod rules;

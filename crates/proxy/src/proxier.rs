@@ -49,6 +49,9 @@ pub struct Proxier {
     table: Table,
     /// The next transaction replaces the table whole, with every Service.
     replace: bool,
+    /// The health checks of LoadBalancer Services with the Local external
+    /// policy, as of their last computation.
+    checks: BTreeMap<ServiceName, (u16, crate::health::Check)>,
 }
 
 impl Proxier {
@@ -60,6 +63,7 @@ impl Proxier {
             dirty: BTreeSet::new(),
             table: Table::new(config),
             replace: false,
+            checks: BTreeMap::new(),
         }
     }
 
@@ -168,8 +172,24 @@ impl Proxier {
                         )
                     })
                     .collect();
-                rules::service_rules(service, &endpoints, &self.here, self.table.config())
+                (
+                    rules::service_rules(service, &endpoints, &self.here, self.table.config()),
+                    health_check(service, &endpoints, &self.here),
+                )
             });
+            let rules = match rules {
+                Some((rules, check)) => {
+                    match check {
+                        Some(check) => self.checks.insert(name.clone(), check),
+                        None => self.checks.remove(&name),
+                    };
+                    Some(rules)
+                }
+                None => {
+                    self.checks.remove(&name);
+                    None
+                }
+            };
             changes.push((name, rules));
         }
         if self.table.needs_rebuild() {
@@ -190,6 +210,37 @@ impl Proxier {
     pub fn programmed(&self) -> usize {
         self.table.len()
     }
+
+    /// The health check node ports to serve, by port.
+    pub fn health_checks(&self) -> BTreeMap<u16, crate::health::Check> {
+        self.checks.values().cloned().collect()
+    }
+}
+
+/// A Service's health check: LoadBalancer Services with the Local external
+/// policy have a `healthCheckNodePort`, answered from the distinct
+/// addresses of this node's ready endpoints over all its ports.
+fn health_check(
+    service: &Service,
+    endpoints: &[Vec<model::Endpoint>],
+    here: &Locality,
+) -> Option<(u16, crate::health::Check)> {
+    let port = service
+        .health_check_node_port
+        .filter(|_| service.external_local)?;
+    let local: std::collections::BTreeSet<std::net::Ipv4Addr> = endpoints
+        .iter()
+        .flatten()
+        .filter(|e| e.ready && e.node_name.as_deref() == Some(here.node_name.as_str()))
+        .map(|e| e.ip)
+        .collect();
+    Some((
+        port,
+        crate::health::Check {
+            service: service.name.clone(),
+            local_endpoints: local.len(),
+        },
+    ))
 }
 
 /// Runs the proxy until `stop`: its table is left in place when it stops
@@ -269,6 +320,7 @@ pub async fn run(
         fresh,
         "service proxy starting"
     );
+    let mut health = crate::health::Servers::new(stop.child_token());
     let mut retry = Duration::from_millis(100);
     loop {
         // Take in every change already waiting, so that a burst is one
@@ -296,6 +348,10 @@ pub async fn run(
             match rudder_host::nft::apply(&*host, &transaction).await {
                 Ok(()) => {
                     retry = Duration::from_millis(100);
+                    health
+                        .proxy_healthy
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    health.sync(&proxier.health_checks()).await;
                     tracing::debug!(
                         elapsed = ?started.elapsed(),
                         programmed = proxier.programmed(),
@@ -305,6 +361,9 @@ pub async fn run(
                 }
                 Err(error) => {
                     tracing::warn!(%error, "the service rules were refused; rebuilding the table");
+                    health
+                        .proxy_healthy
+                        .store(false, std::sync::atomic::Ordering::Relaxed);
                     proxier.failed();
                     tokio::select! {
                         _ = stop.cancelled() => return,

@@ -246,6 +246,42 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     );
     assert!(pods.contains(&through_lb), "{through_lb}");
 
+    // With the Local external policy, the load balancer's health check
+    // node port answers 200 while this node has ready endpoints.
+    let (ok, out) = k.run(
+        &[
+            "patch",
+            "service",
+            "web-lb",
+            "-p",
+            r#"{"spec":{"externalTrafficPolicy":"Local"}}"#,
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    let health_port: u16 = jsonpath(
+        &k,
+        &["get", "service", "web-lb"],
+        "{.spec.healthCheckNodePort}",
+    )
+    .parse()
+    .expect("a healthCheckNodePort");
+    let health = wait_for(
+        "the health check node port",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            let address: SocketAddr = format!("{NODE_IP}:{health_port}").parse().ok()?;
+            let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).ok()?;
+            stream.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").ok()?;
+            let mut text = String::new();
+            stream.read_to_string(&mut text).ok()?;
+            text.contains("\"localEndpoints\": 2").then_some(text)
+        },
+    );
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.contains("\"name\": \"web-lb\""), "{health}");
+
     // From a pod: the client pod's log holds what the Service answered.
     let client = format!(
         r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "client"}},
@@ -274,10 +310,16 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         "options ndots:5",
         "# Kubernetes-managed hosts file.",
     ] {
-        assert!(log.contains(expected), "{expected} in the client pod's files: {log}");
+        assert!(
+            log.contains(expected),
+            "{expected} in the client pod's files: {log}"
+        );
     }
     let client_ip = jsonpath(&k, &["get", "pod", "client"], "{.status.podIP}");
-    assert!(log.contains(&format!("{client_ip}\tclient\n")), "its own name in /etc/hosts: {log}");
+    assert!(
+        log.contains(&format!("{client_ip}\tclient\n")),
+        "its own name in /etc/hosts: {log}"
+    );
     for pod in &pods {
         assert!(lines.contains(pod), "{pod} answered the client pod: {log}");
     }

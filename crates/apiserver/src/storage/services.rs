@@ -327,7 +327,41 @@ async fn allocate_node_ports(
         service["spec"]["ports"][i]["nodePort"] = json!(port);
         allocation.node_ports.push(port);
     }
+    if needs_health_check(service) {
+        let requested = service
+            .pointer("/spec/healthCheckNodePort")
+            .filter(|v| v.as_u64().is_some_and(|p| p != 0))
+            .cloned();
+        let held_already = requested
+            .as_ref()
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+            .is_some_and(|p| held.contains(&p));
+        if !held_already {
+            let port = claim_node_port(
+                storage,
+                def,
+                &name,
+                &owner,
+                "spec.healthCheckNodePort",
+                requested.as_ref(),
+            )
+            .await?;
+            service["spec"]["healthCheckNodePort"] = json!(port);
+            allocation.node_ports.push(port);
+        }
+    }
     Ok(())
+}
+
+/// Whether a Service has a health check node port: a LoadBalancer with the
+/// Local external traffic policy (upstream's `NeedsHealthCheck`).
+fn needs_health_check(service: &Value) -> bool {
+    service.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer")
+        && service
+            .pointer("/spec/externalTrafficPolicy")
+            .and_then(Value::as_str)
+            == Some("Local")
 }
 
 /// What a stored Service holds.
@@ -340,7 +374,7 @@ pub fn held_by(service: &Value) -> Allocation {
     } else {
         None
     };
-    let node_ports = service
+    let mut node_ports: Vec<u16> = service
         .pointer("/spec/ports")
         .and_then(Value::as_array)
         .map(|ports| {
@@ -351,6 +385,13 @@ pub fn held_by(service: &Value) -> Allocation {
                 .collect()
         })
         .unwrap_or_default();
+    node_ports.extend(
+        service
+            .pointer("/spec/healthCheckNodePort")
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0),
+    );
     Allocation { ip, node_ports }
 }
 
@@ -454,6 +495,25 @@ pub fn keep_on_update(def: &ResourceDef, new: &mut Value, old: &Value) -> Result
             )
         {
             spec.insert(field.into(), value);
+        }
+    }
+    // The health check port: kept while the Service needs one and the
+    // update left it out; dropped (and so released) when the Service no
+    // longer needs one and the update did not change it — upstream's
+    // `dropTypeDependentFields`.
+    let old_health = old.pointer("/spec/healthCheckNodePort").cloned();
+    let new_health = new.pointer("/spec/healthCheckNodePort").cloned();
+    if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+        let needs = spec.get("type").and_then(Value::as_str) == Some("LoadBalancer")
+            && spec.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local");
+        match (needs, &new_health, &old_health) {
+            (true, None, Some(port)) => {
+                spec.insert("healthCheckNodePort".into(), port.clone());
+            }
+            (false, Some(new_port), Some(old_port)) if new_port == old_port => {
+                spec.remove("healthCheckNodePort");
+            }
+            _ => {}
         }
     }
     let old_ports = old
