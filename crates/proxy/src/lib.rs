@@ -14,6 +14,7 @@
 //! - [`proxier`]: the loop that watches, computes and applies;
 //! - [`health`]: the `healthCheckNodePort` servers.
 
+pub mod conntrack;
 pub mod health;
 pub mod model;
 pub mod proxier;

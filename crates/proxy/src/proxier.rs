@@ -52,6 +52,10 @@ pub struct Proxier {
     /// The health checks of LoadBalancer Services with the Local external
     /// policy, as of their last computation.
     checks: BTreeMap<ServiceName, (u16, crate::health::Check)>,
+    /// What each Service's UDP ports reached at their last computation,
+    /// and the conntrack deletions owed once the next transaction is in.
+    udp: BTreeMap<ServiceName, crate::conntrack::UdpFlows>,
+    cleanups: Vec<rudder_host::Command>,
 }
 
 impl Proxier {
@@ -64,6 +68,8 @@ impl Proxier {
             table: Table::new(config),
             replace: false,
             checks: BTreeMap::new(),
+            udp: BTreeMap::new(),
+            cleanups: Vec::new(),
         }
     }
 
@@ -175,10 +181,21 @@ impl Proxier {
                 (
                     rules::service_rules(service, &endpoints, &self.here, self.table.config()),
                     health_check(service, &endpoints, &self.here),
+                    crate::conntrack::udp_flows(service, &endpoints),
                 )
             });
+            let flows = rules
+                .as_ref()
+                .map(|(_, _, flows)| flows.clone())
+                .unwrap_or_default();
+            let old = self.udp.remove(&name).unwrap_or_default();
+            self.cleanups
+                .extend(crate::conntrack::cleanup(&old, &flows));
+            if flows != crate::conntrack::UdpFlows::default() {
+                self.udp.insert(name.clone(), flows);
+            }
             let rules = match rules {
-                Some((rules, check)) => {
+                Some((rules, check, _)) => {
                     match check {
                         Some(check) => self.checks.insert(name.clone(), check),
                         None => self.checks.remove(&name),
@@ -209,6 +226,12 @@ impl Proxier {
     /// Services programmed.
     pub fn programmed(&self) -> usize {
         self.table.len()
+    }
+
+    /// The conntrack deletions owed now that the transactions so far are
+    /// in.
+    pub fn take_cleanups(&mut self) -> Vec<rudder_host::Command> {
+        std::mem::take(&mut self.cleanups)
     }
 
     /// The health check node ports to serve, by port.
@@ -352,6 +375,16 @@ pub async fn run(
                         .proxy_healthy
                         .store(true, std::sync::atomic::Ordering::Relaxed);
                     health.sync(&proxier.health_checks()).await;
+                    for command in proxier.take_cleanups() {
+                        match host.run(&command).await {
+                            Ok(_) => {}
+                            Err(rudder_host::Error::Command { message, .. })
+                                if crate::conntrack::nothing_to_delete(&message) => {}
+                            Err(error) => {
+                                tracing::debug!(%error, "could not forget stale UDP flows")
+                            }
+                        }
+                    }
                     tracing::debug!(
                         elapsed = ?started.elapsed(),
                         programmed = proxier.programmed(),
