@@ -21,6 +21,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod discovery;
 pub mod disruption;
+pub mod dnsendpoints;
 pub mod endpoints;
 pub mod garbagecollector;
 pub mod job;
@@ -233,6 +234,10 @@ pub const CONTROLLERS: &[(&str, Start)] = &[
         "certificatesigningrequest-approving-controller",
         |ctx, stop| Box::pin(certificates::run_approver(ctx, stop)),
     ),
+    // The cluster DNS Service's endpoints: the nodes whose DNS serves.
+    ("dns-endpoints-controller", |ctx, stop| {
+        Box::pin(dnsendpoints::run(ctx, stop))
+    }),
     // k3s's ServiceLB, without its pods.
     ("service-lb-controller", |ctx, stop| {
         Box::pin(servicelb::run(ctx, stop))

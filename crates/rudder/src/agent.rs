@@ -49,6 +49,11 @@ pub struct NodeArgs {
     #[arg(long)]
     pub disable_proxy: bool,
 
+    /// Run no cluster DNS on this node (k3s's `--disable=coredns`; on
+    /// `rudder server`, also no `kube-system/kube-dns` Service).
+    #[arg(long)]
+    pub disable_dns: bool,
+
     /// The cluster DNS address pods resolve with (`dnsPolicy:
     /// ClusterFirst`), as upstream's kubelet `--cluster-dns`.
     #[arg(long, default_value = "10.43.0.10")]

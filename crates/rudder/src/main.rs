@@ -7,6 +7,7 @@ static ALLOCATOR: alloc::Allocator = alloc::Allocator;
 
 mod agent;
 mod alloc;
+mod dns;
 mod explain;
 mod images;
 mod join;

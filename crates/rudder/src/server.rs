@@ -260,11 +260,14 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
             node_monitor_period: args.node_monitor_period,
             node_monitor_grace_period: args.node_monitor_grace_period,
             node_startup_grace_period: args.node_startup_grace_period,
-            disabled: if args.disable_servicelb {
-                ["service-lb-controller".to_string()].into()
-            } else {
-                Default::default()
-            },
+            disabled: [
+                (args.disable_servicelb, "service-lb-controller"),
+                (args.node.disable_dns, "dns-endpoints-controller"),
+            ]
+            .into_iter()
+            .filter(|(off, _)| *off)
+            .map(|(_, name)| name.to_string())
+            .collect(),
             ..rudder_controllers::Options::default()
         };
         let manager = rudder_controllers::ControllerManager::new(client, options);
@@ -289,6 +292,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
     }
 
     crate::join::ensure(&args.data_dir, server.client(&Identity::admin())).await?;
+    if !args.node.disable_dns {
+        crate::dns::ensure_service(server.client(&Identity::admin()), args.node.cluster_dns)
+            .await
+            .context("make the cluster DNS Service kube-system/kube-dns")?;
+    }
     tracing::info!(
         token_file = %crate::join::token_path(&args.data_dir).display(),
         "agents join with: rudder agent --server https://<this server>:{} --token $(rudder token)",
