@@ -176,8 +176,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     let task = {
         let stop = stop.clone();
-        let proxy = !args.node.disable_proxy;
-        tokio::spawn(crate::server::run_agent(client, options, proxy, stop))
+        let node = crate::server::NodeServices {
+            proxy: !args.node.disable_proxy,
+            dns: !args.node.disable_dns,
+        };
+        tokio::spawn(crate::server::run_agent(client, options, node, stop))
     };
     shutdown.signalled().await?;
     tracing::info!("shutting down");

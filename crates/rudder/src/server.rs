@@ -312,8 +312,11 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         options.control_plane = true;
         serve_agent(&mut options, &args.data_dir).await?;
         let client = server.client(&Identity::node(&options.node_name));
-        let proxy = !args.node.disable_proxy;
-        tasks.spawn(run_agent(client, options, proxy, cancel.clone()));
+        let node = NodeServices {
+            proxy: !args.node.disable_proxy,
+            dns: !args.node.disable_dns,
+        };
+        tasks.spawn(run_agent(client, options, node, cancel.clone()));
     }
 
     let outcome = tokio::select! {
@@ -343,28 +346,111 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
 pub(crate) async fn run_agent(
     client: kube::Client,
     options: rudder_kubelet::agent::Options,
-    proxy: bool,
+    node: NodeServices,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut proxy_task = None;
-    if proxy {
-        let informers = rudder_runtime::Informers::new(client.clone(), stop.child_token());
-        let host = options.host.clone();
+    // The proxy and DNS share one set of informers (one watch of
+    // Services, one of EndpointSlices).
+    let informers = std::sync::Arc::new(rudder_runtime::Informers::new(
+        client.clone(),
+        stop.child_token(),
+    ));
+    let mut tasks = tokio::task::JoinSet::new();
+    if node.proxy {
         let proxy_options = rudder_proxy::Options {
             node_name: options.node_name.clone(),
             cluster_cidr: options.cluster_cidr,
             service_cidr: options.service_cidr,
         };
-        let stop = stop.clone();
-        proxy_task = Some(tokio::spawn(async move {
-            rudder_proxy::run(&informers, host, proxy_options, stop).await
-        }));
+        let (informers, host, stop) = (informers.clone(), options.host.clone(), stop.clone());
+        tasks.spawn(async move { rudder_proxy::run(&informers, host, proxy_options, stop).await });
+    }
+    if node.dns {
+        let (informers, client, options, stop) = (
+            informers.clone(),
+            client.clone(),
+            options.clone(),
+            stop.clone(),
+        );
+        tasks.spawn(async move { run_dns(informers, client, options, stop).await });
     }
     let outcome = run_node_agent(client, options, stop).await;
-    if let Some(task) = proxy_task {
-        let _ = task.await;
-    }
+    while tasks.join_next().await.is_some() {}
     outcome
+}
+
+/// What runs beside a node's agent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeServices {
+    pub proxy: bool,
+    pub dns: bool,
+}
+
+/// The node's cluster DNS: on its pod gateway (the first address of its
+/// podCIDR, bound before the bridge has it), port 53, once the node has a
+/// podCIDR; the Node is then marked as serving, so that the kube-dns
+/// Service's endpoints list it. Retried while it cannot start.
+async fn run_dns(
+    informers: std::sync::Arc<rudder_runtime::Informers>,
+    client: kube::Client,
+    options: rudder_kubelet::agent::Options,
+    stop: CancellationToken,
+) {
+    use k8s_openapi::api::core::v1::Node;
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    loop {
+        let gateway = nodes
+            .get_opt(&options.node_name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|n| n.spec?.pod_cidr)
+            .and_then(|c| c.parse::<rudder_api::network::Cidr>().ok())
+            .map(|c| c.gateway());
+        if let Some(gateway) = gateway {
+            let mut dns = rudder_dns::Options::new(vec![std::net::SocketAddr::from((gateway, 53))]);
+            dns.cluster_domain = options.cluster_domain.clone();
+            dns.resolv_conf = options.resolv_conf.clone();
+            dns.reverse_cidrs = vec![options.service_cidr, options.cluster_cidr];
+            dns.server.freebind = true;
+            let serving = rudder_dns::run(&informers, dns, stop.clone());
+            tokio::pin!(serving);
+            // Serving once it has bound and kept running a moment.
+            let started = tokio::select! {
+                ended = &mut serving => Some(ended),
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => None,
+            };
+            let ended = match started {
+                Some(ended) => ended,
+                None => {
+                    let patch = serde_json::json!({"metadata": {"annotations": {
+                        rudder_controllers::dnsendpoints::SERVING_ANNOTATION: "true"
+                    }}});
+                    if let Err(error) = nodes
+                        .patch(
+                            &options.node_name,
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(&patch),
+                        )
+                        .await
+                    {
+                        tracing::warn!(%error, "could not mark the node's DNS as serving");
+                    }
+                    serving.await
+                }
+            };
+            match ended {
+                Ok(()) => return,
+                Err(error) => {
+                    tracing::error!(%error, "cluster DNS could not start; retrying in 10s")
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(if gateway.is_some() { 10 } else { 1 })) => {}
+        }
+    }
 }
 
 /// The node agent, retried while it cannot start.

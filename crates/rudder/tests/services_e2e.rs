@@ -104,7 +104,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         return;
     }
     let _address = NodeAddress::add();
-    let cluster = Cluster::start_with_node_ip(BRIDGE, CLUSTER_CIDR, NODE_IP);
+    let mut cluster = Cluster::start_with_node_ip(BRIDGE, CLUSTER_CIDR, NODE_IP);
     let kubectl = common::versions().pop().expect("a kubectl").1;
     let k = cluster.kubectl(&kubectl, "default");
     cluster.wait_node_ready(&k);
@@ -282,11 +282,85 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     assert!(health.contains("\"name\": \"web-lb\""), "{health}");
 
+    // Names for them: a headless Service (one address per ready pod) and
+    // an ExternalName one.
+    let (ok, out) = k.run(
+        &[
+            "create",
+            "service",
+            "clusterip",
+            "web-headless",
+            "--clusterip=None",
+            "--tcp=8080:8080",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = k.run(
+        &["set", "selector", "service", "web-headless", "app=web"],
+        None,
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = k.run(
+        &[
+            "create",
+            "service",
+            "externalname",
+            "ext",
+            "--external-name=kubernetes.default.svc.cluster.local",
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    // The cluster DNS Service, its endpoint this node's DNS.
+    let (ok, out) = k.run(&["-n", "kube-system", "get", "svc,endpointslices"], None);
+    assert!(
+        ok && out.contains("kube-dns") && out.contains("10.43.0.10"),
+        "{out}"
+    );
+    wait_for(
+        "this node's DNS among kube-dns's endpoints",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            let out = jsonpath(
+                &k,
+                &[
+                    "-n",
+                    "kube-system",
+                    "get",
+                    "endpointslice",
+                    "kube-dns-rudder",
+                ],
+                "{.endpoints[*].nodeName}",
+            );
+            (out == "e2e-node").then_some(())
+        },
+    );
+    // From the host, through the Service address.
+    let host_lookup = wait_for(
+        "a name from the host",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            let out = std::process::Command::new("busybox")
+                .args(["nslookup", "web.default.svc.cluster.local", "10.43.0.10"])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            text.contains(&cluster_ip).then_some(text)
+        },
+    );
+    assert!(
+        host_lookup.contains("web.default.svc.cluster.local"),
+        "{host_lookup}"
+    );
+
     // From a pod: the client pod's log holds what the Service answered.
     let client = format!(
         r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "client"}},
           "spec": {{"restartPolicy": "Never", "containers": [{{"name": "c", "image": "{IMAGE}",
-            "command": ["sh", "-c", "cat /etc/resolv.conf /etc/hosts; for i in 1 2 3 4 5 6 7 8 9 10; do printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {cluster_ip} 80 | tail -n 1; done; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {nobody} 80 2>&1 | tail -n 1"]}}]}}}}"#,
+            "command": ["sh", "-c", "cat /etc/resolv.conf /etc/hosts; nslookup web.default.svc.cluster.local; nslookup web; nslookup web-headless; nslookup ext; nslookup no-such-service; for i in 1 2 3 4 5 6 7 8 9 10; do printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {cluster_ip} 80 | tail -n 1; done; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {nobody} 80 2>&1 | tail -n 1"]}}]}}}}"#,
         nobody = jsonpath(&k, &["get", "service", "nobody"], "{.spec.clusterIP}"),
     );
     let (ok, out) = k.run(&["apply", "-f", "-"], Some(&client));
@@ -315,6 +389,27 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
             "{expected} in the client pod's files: {log}"
         );
     }
+    // Its names: the Service's address, by its full name and by the search
+    // list; the headless Service's pods; the ExternalName's target; and
+    // NXDOMAIN for what does not exist.
+    let pod_ips: Vec<String> = pods
+        .iter()
+        .map(|p| jsonpath(&k, &["get", "pod", p], "{.status.podIP}"))
+        .collect();
+    for expected in [
+        "Name:\tweb.default.svc.cluster.local".to_string(),
+        format!("Address: {cluster_ip}"),
+        format!("Address: {}", pod_ips[0]),
+        format!("Address: {}", pod_ips[1]),
+        "ext.default.svc.cluster.local\tcanonical name = kubernetes.default.svc.cluster.local"
+            .to_string(),
+        "can't find no-such-service".to_string(),
+    ] {
+        assert!(
+            log.contains(&expected),
+            "{expected:?} in the client pod's lookups: {log}"
+        );
+    }
     let client_ip = jsonpath(&k, &["get", "pod", "client"], "{.status.podIP}");
     assert!(
         log.contains(&format!("{client_ip}\tclient\n")),
@@ -332,6 +427,64 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     // time-out would mean the packet was dropped, not rejected).
     let nobody = jsonpath(&k, &["get", "service", "nobody"], "{.spec.clusterIP}");
     assert_eq!(get(&nobody, 80), Err("refused".into()));
+
+    // An established connection through a Service survives the agent
+    // (and its proxy) being killed and started again: the conntrack NAT
+    // stays, and the restarted proxy replaces its table in one
+    // transaction, never leaving it half made.
+    let echo = format!(
+        r#"{{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {{"name": "echo"}},
+          "spec": {{"replicas": 1, "selector": {{"matchLabels": {{"app": "echo"}}}},
+            "template": {{"metadata": {{"labels": {{"app": "echo"}}}},
+              "spec": {{"terminationGracePeriodSeconds": 1, "containers": [{{"name": "echo", "image": "{IMAGE}",
+                "command": ["nc", "-ll", "-p", "9000", "-e", "cat"]}}]}}}}}}}}"#
+    );
+    let (ok, out) = k.run(&["apply", "-f", "-"], Some(&echo));
+    assert!(ok, "{out}");
+    let (ok, out) = k.run(&["expose", "deployment", "echo", "--port=9000"], None);
+    assert!(ok, "{out}");
+    let echo_ip = jsonpath(&k, &["get", "service", "echo"], "{.spec.clusterIP}");
+    let mut stream = wait_for(
+        "a connection to the echo Service",
+        Duration::from_secs(60),
+        &cluster,
+        || {
+            let address: SocketAddr = format!("{echo_ip}:9000").parse().ok()?;
+            let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).ok()?;
+            stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+            stream.write_all(b"before\n").ok()?;
+            let mut line = [0u8; 7];
+            stream.read_exact(&mut line).ok()?;
+            (&line == b"before\n").then_some(stream)
+        },
+    );
+    cluster.kill_hard();
+    cluster.spawn();
+    cluster.wait_node_ready(&k);
+    // Proof the new agent's proxy ran: a Service made after the restart
+    // answers.
+    let (ok, out) = k.run(
+        &["create", "service", "clusterip", "after", "--tcp=80:8080"],
+        None,
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = k.run(&["set", "selector", "service", "after", "app=web"], None);
+    assert!(ok, "{out}");
+    let after_ip = jsonpath(&k, &["get", "service", "after"], "{.spec.clusterIP}");
+    wait_for(
+        "a Service made after the restart",
+        Duration::from_secs(60),
+        &cluster,
+        || get(&after_ip, 80).ok(),
+    );
+    stream
+        .write_all(b"after!\n")
+        .expect("the connection is still open");
+    let mut line = [0u8; 7];
+    stream
+        .read_exact(&mut line)
+        .expect("an answer on the same connection");
+    assert_eq!(&line, b"after!\n");
 
     // A pod taken out of the Service (relabelled: its ReplicaSet makes
     // another) leaves the rotation.
