@@ -4,7 +4,10 @@
 //! roleRef, …) are compared between the stored object and the defaulted
 //! update, and each change is an Invalid or Forbidden cause with upstream's
 //! field path and wording. One function of [`Rules`] per kind, which the
-//! kind's strategy names.
+//! kind's strategy names. A kind's rules may also first drop from the
+//! update what upstream's `PrepareForUpdate` drops (a Service's fields its
+//! new type no longer uses), so that the object validated after them is
+//! the one upstream validates.
 
 use serde_json::{Value, json};
 
@@ -22,17 +25,18 @@ pub enum Via {
 }
 
 /// One kind's update rules: they push to the causes what `new` may not
-/// change of `old`.
+/// change of `old` (and may adjust `new` as upstream's `PrepareForUpdate`).
 pub type Rules = fn(&mut Causes<'_>);
 
 /// The causes that refuse the update of the stored `old` to `new`
-/// (defaulted), by the rules of `def`'s strategy. `old` is compared as this
+/// (defaulted), by the rules of `def`'s strategy, which may first drop from
+/// `new` what upstream's `PrepareForUpdate` drops. `old` is compared as this
 /// version would write it (its defaults and canonical quantities), so that
 /// what an older version wrote does not count as a change — worked out only
 /// for kinds with rules. `pods/binding` is not an update of the object
 /// (upstream's `BindingREST` sets `spec.nodeName` without `ValidatePodUpdate`),
 /// so no rules apply through it.
-pub fn validate(def: &ResourceDef, new: &Value, old: &Value, via: Via) -> Vec<Cause> {
+pub fn validate(def: &ResourceDef, new: &mut Value, old: &Value, via: Via) -> Vec<Cause> {
     let Some(rules) = def.strategy.update_rules.filter(|_| via == Via::Main) else {
         return Vec::new();
     };
@@ -129,10 +133,20 @@ pub(crate) fn ip_address(c: &mut Causes<'_>) {
     c.immutable("/spec/parentRef", "spec.parentRef");
 }
 
-/// The causes found so far, and the two objects compared: the update and
-/// the stored object.
+/// A Service: the fields its new type no longer uses dropped, then what
+/// `ValidateServiceUpdate` adds (cluster IPs, IP families, a
+/// LoadBalancer's class and health check port). Its ClusterIP is the
+/// storage's (`keep_on_update`).
+pub(crate) fn service(c: &mut Causes<'_>) {
+    crate::validation::service::update::prepare(c.1, c.2);
+    let causes = crate::validation::service::update::causes(c.1, c.2);
+    c.0.extend(causes);
+}
+
+/// The causes found so far, and the two objects compared: the update
+/// (which a kind's rules may adjust) and the stored object.
 #[derive(Debug)]
-pub struct Causes<'a>(Vec<Cause>, &'a Value, &'a Value);
+pub struct Causes<'a>(Vec<Cause>, &'a mut Value, &'a Value);
 
 impl Causes<'_> {
     fn at<'v>(v: &'v Value, pointer: &str) -> &'v Value {

@@ -169,6 +169,7 @@ pub static SERVICE: Strategy = Strategy {
     name_rule: NameRule::Dns1035,
     defaults: defaults::service,
     validate: service::service,
+    update_rules: Some(update::service),
     printer: Some(print::service),
     field_selectors: &["spec.clusterIP", "spec.type"],
     returns_deleted: true,

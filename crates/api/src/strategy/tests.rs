@@ -83,6 +83,7 @@ const UPDATE_RULES: &[(&str, &str)] = &[
     ("", "Pod"),
     ("", "ResourceQuota"),
     ("", "Secret"),
+    ("", "Service"),
     ("apps", "ControllerRevision"),
     ("apps", "DaemonSet"),
     ("apps", "Deployment"),

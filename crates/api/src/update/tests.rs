@@ -28,7 +28,7 @@ fn refused(
     let def = registry.get(group, version, resource).expect("def");
     crate::quantity::canonicalize(def, &mut new).expect("valid quantities");
     crate::defaults::apply(def, &mut new);
-    validate(def, &new, &old, via)
+    validate(def, &mut new, &old, via)
         .into_iter()
         .map(|c| (c.field, c.message))
         .collect()

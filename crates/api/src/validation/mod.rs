@@ -6,6 +6,7 @@
 
 mod job;
 pub mod kinds;
+pub mod net;
 pub mod pod;
 pub mod policy;
 pub mod service;
@@ -53,11 +54,59 @@ pub fn dns1123_label(s: &str) -> Result<(), String> {
         return Err("must be no more than 63 characters".into());
     }
     if !is_dns1123_label(s) {
-        return Err(format!(
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')"
-        ));
+        return Err(dns1123_label_format_error());
     }
     Ok(())
+}
+
+fn dns1123_label_format_error() -> String {
+    format!(
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')"
+    )
+}
+
+/// Every message upstream's `IsDNS1123Label` gives `s` (a label that would
+/// be a subdomain has dots), for fields that report them all: a Service
+/// port's name.
+pub fn dns1123_label_errors(s: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    if s.len() > 63 {
+        errors.push("must be no more than 63 characters".to_string());
+    }
+    if !is_dns1123_label(s) {
+        if s.split('.').all(is_dns1123_label) {
+            errors.push("must not contain dots".to_string());
+        } else {
+            errors.push(dns1123_label_format_error());
+        }
+    }
+    errors
+}
+
+/// Upstream's `IsValidPortName` (an IANA service name: a container port's
+/// name, a Service's `targetPort`), its messages in upstream's order.
+pub fn port_name_errors(name: &str) -> Vec<&'static str> {
+    let mut problems = Vec::new();
+    if name.len() > 15 {
+        problems.push("must be no more than 15 characters");
+    }
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        problems.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
+    }
+    if !name.chars().any(|c| c.is_ascii_lowercase()) {
+        problems.push("must contain at least one letter (a-z)");
+    }
+    if name.contains("--") {
+        problems.push("must not contain consecutive hyphens");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        problems.push("must not begin or end with a hyphen");
+    }
+    problems
 }
 
 /// An RFC 1123 subdomain: the name rule of most kinds.
@@ -138,7 +187,7 @@ pub fn label_value(s: &str) -> Result<(), String> {
     }
     if !s.is_empty() && !is_qualified_part(s) {
         return Err(format!(
-            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(({QUALIFIED_NAME_FMT})?')"
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '({QUALIFIED_NAME_FMT})?')"
         ));
     }
     Ok(())

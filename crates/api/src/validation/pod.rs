@@ -200,25 +200,7 @@ fn ports(container: &Value, at: &str, causes: &mut Vec<Cause>) {
 
 /// Upstream's `IsValidPortName` (an IANA service name).
 fn service_port_name(name: &str) -> Result<(), String> {
-    let mut problems = Vec::new();
-    if name.len() > 15 {
-        problems.push("must be no more than 15 characters");
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    {
-        problems.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
-    }
-    if name.contains("--") {
-        problems.push("must not contain consecutive hyphens");
-    }
-    if !name.chars().any(|c| c.is_ascii_lowercase()) {
-        problems.push("must contain at least one letter (a-z)");
-    }
-    if name.starts_with('-') || name.ends_with('-') {
-        problems.push("must not begin or end with a hyphen");
-    }
+    let problems = super::port_name_errors(name);
     if problems.is_empty() {
         Ok(())
     } else {
