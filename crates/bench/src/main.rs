@@ -11,6 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod api;
 mod apply;
 mod controllers;
+mod dns;
 mod gc;
 mod node;
 mod plane;
@@ -79,6 +80,16 @@ enum Scenario {
         #[arg(long)]
         changes: usize,
     },
+    /// (the services bench's DNS server, in a process of its own)
+    #[command(hide = true)]
+    DnsServe {
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        services: usize,
+        #[arg(long)]
+        endpoints: usize,
+    },
     /// (the services bench's server, in its namespace)
     #[command(hide = true)]
     TcpSink {
@@ -121,6 +132,11 @@ fn main() -> anyhow::Result<()> {
         Scenario::Services(options) => (runtime.block_on(services::run(&options))?, options),
         Scenario::ConnectProbe { target, count } => return services::connect_probe(target, count),
         Scenario::TcpSink { port } => return services::tcp_sink(port),
+        Scenario::DnsServe {
+            listen,
+            services,
+            endpoints,
+        } => return runtime.block_on(dns::serve(listen, services, endpoints)),
         Scenario::ServicesProgram {
             phase,
             services,

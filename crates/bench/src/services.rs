@@ -495,6 +495,25 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             .peer("the pod's own address", to_pod)
             .target("≥ 0.9× the pod's address"),
     );
+    let dns = crate::dns::run(options.quick)?;
+    metrics.push(
+        Metric::new("dns_qps", "queries/s", dns.rudder_qps)
+            .peer("NSD 4.6", dns.nsd_qps)
+            .target("≥ 0.5× NSD and ≥ 30,000"),
+    );
+    metrics.push(Metric::new("dns_p50_ms", "ms", dns.rudder_p50_ms));
+    metrics.push(
+        Metric::new("dns_p99_ms", "ms", dns.rudder_p99_ms)
+            .peer("NSD 4.6", dns.nsd_p99_ms)
+            .target("< 5 ms"),
+    );
+    let coredns_mb = 49.0 + 0.86 * (dns.services * (dns.endpoints + 1)) as f64 / 1024.0;
+    metrics.push(
+        Metric::new("dns_rss_mb", "MB", dns.rudder_rss_mb)
+            .peer("CoreDNS's published formula", coredns_mb)
+            .target("≤ half of CoreDNS's formula"),
+    );
+    metrics.push(Metric::new("dns_lost_queries", "queries", dns.rudder_lost));
     Ok(Report {
         scenario: "services".into(),
         quick: options.quick,
@@ -508,6 +527,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             format!("`endpoint_change_…`: one endpoint of an existing Service replaced, from the EndpointSlice change handed to the proxy to its transaction applied, {changes} times (not the API server's or the informer's share)"),
             format!("`connect_…`: TCP connects from the client pod, {samples} per figure, with one Service and with all of them programmed; the peer of the first: the pod's own address"),
             "`throughput_gbps`: iperf3 from the client pod through the ClusterIP, against the same to the pod's own address, over veth pairs".into(),
+            format!("`dns_…`: rudder's DNS server in a process of its own (the bench binary's `dns-serve`: the zone of {services} Services with {endpoints} endpoints each, loaded through the code the informers feed; no API server) beside NSD 4.6 serving a zone file with the same Services' A and SRV records, both on loopback; `dns_qps`: dnsperf 2.10 (20 clients, 2 threads, 500 outstanding) for 10 s against each in turn, A queries for the Services' names; `dns_p99_ms`: 8 closed-loop clients for 5 s against each (a lost answer counts as 1 s); `dns_rss_mb`: the server process's RSS with all of them loaded, against CoreDNS's published memory formula, 49 MB + 0.86 KB per pod and Service (coredns/deployment `kubernetes/Scaling_CoreDNS.md`), for {} pods and Services (CoreDNS's own published QPS anchor: 33.7k on 2 vCPUs)", services * (endpoints + 1)),
         ],
     })
 }
