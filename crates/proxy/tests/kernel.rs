@@ -214,6 +214,26 @@ async fn cluster_ips_and_node_ports_reach_ready_endpoints_and_nothing_else() {
     let refused = namespaces.connect("10.43.0.10", 81);
     assert!(refused.contains("refused"), "{refused}");
 
+    // ClientIP affinity: once a client has reached an endpoint, it keeps
+    // reaching that one.
+    let mut sticky = service("sticky", "10.43.0.12", None);
+    if let Some(spec) = sticky.spec.as_mut() {
+        spec.session_affinity = Some("ClientIP".into());
+    }
+    proxier.service(ServiceName::new("default", "sticky"), Some(&sticky));
+    proxier.slice(None, Some(&slice("sticky", 1, "10.42.1.2", 8080, true)));
+    proxier.slice(None, Some(&slice("sticky", 2, "10.42.1.3", 8081, true)));
+    sync(&mut proxier, &host).await;
+    let first = namespaces.connect("10.43.0.12", 80);
+    assert!(["A", "B"].contains(&first.as_str()), "{first}");
+    for _ in 0..10 {
+        assert_eq!(
+            namespaces.connect("10.43.0.12", 80),
+            first,
+            "affinity holds"
+        );
+    }
+
     // An endpoint going unready is out of rotation after one sync.
     proxier.slice(None, Some(&slice("web", 2, "10.42.1.3", 8081, false)));
     sync(&mut proxier, &host).await;

@@ -324,3 +324,29 @@ fn the_fixed_part_names_the_cidrs_and_hooks_every_path() {
         assert!(text.contains(expected), "{expected} in\n{text}");
     }
 }
+
+#[test]
+fn a_service_of_ten_thousand_ports_is_written_whole() {
+    let ports: Vec<ServicePort> = (0..10_000u16)
+        .map(|i| port(&format!("p{i}"), Protocol::Tcp, 1 + i, None))
+        .collect();
+    let svc = service("many", [10, 43, 0, 50], ports);
+    let eps: Vec<Vec<Endpoint>> = (0..10_000u16)
+        .map(|i| vec![endpoint([10, 42, 0, 5], 1 + i, "n2")])
+        .collect();
+    let rules = service_rules(&svc, &eps, &here(), &config());
+    assert_eq!(
+        rules
+            .elements
+            .iter()
+            .filter(|e| e.map == Map::ServiceIps)
+            .count(),
+        10_000
+    );
+    let mut table = crate::table::Table::new(config());
+    let text = table.rebuild([(svc.name.clone(), Some(rules))]);
+    assert!(
+        text.lines().all(|l| l.len() < 200_000),
+        "statements are chunked"
+    );
+}
