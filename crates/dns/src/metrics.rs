@@ -26,6 +26,22 @@ macro_rules! counters {
             }
         }
 
+        impl Snapshot {
+            /// The counters in Prometheus' text format
+            /// (`rudder_dns_<name>_total`).
+            pub fn prometheus(&self) -> String {
+                let mut out = String::new();
+                $(
+                    out.push_str(&format!(
+                        "# TYPE rudder_dns_{name}_total counter\nrudder_dns_{name}_total {value}\n",
+                        name = stringify!($name),
+                        value = self.$name,
+                    ));
+                )*
+                out
+            }
+        }
+
         impl fmt::Display for Snapshot {
             /// `name=value` pairs, space separated.
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -81,6 +97,59 @@ impl Metrics {
     }
 }
 
+/// Serves the counters at `GET /metrics` (any other path: 404) on
+/// `listen` until `stop` — the `metrics` port (9153) of the `kube-dns`
+/// Service, as CoreDNS's `prometheus` plugin serves it.
+pub async fn serve_http(
+    listen: std::net::SocketAddr,
+    metrics: std::sync::Arc<Metrics>,
+    freebind: bool,
+    stop: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener =
+        tokio::net::TcpListener::from_std(crate::server::tcp_listener(listen, freebind)?)?;
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((mut stream, _)) = accepted else {
+            continue;
+        };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut buffer = [0u8; 1024];
+            let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                while head.len() < 8192 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buffer[..n]),
+                    }
+                }
+            })
+            .await;
+            if read.is_err() {
+                return;
+            }
+            let request = String::from_utf8_lossy(&head);
+            let path = request.split_whitespace().nth(1).unwrap_or_default();
+            let (status, body) = if path == "/metrics" || path.starts_with("/metrics?") {
+                ("200 OK", metrics.snapshot().prometheus())
+            } else {
+                ("404 Not Found", "404 page not found\n".to_string())
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +163,12 @@ mod tests {
         let text = metrics.snapshot().to_string();
         assert!(text.starts_with("udp_queries=2 tcp_queries=0 "), "{text}");
         assert!(text.ends_with(" tcp_rejected=1"), "{text}");
+        let prometheus = metrics.snapshot().prometheus();
+        assert!(
+            prometheus.starts_with(
+                "# TYPE rudder_dns_udp_queries_total counter\nrudder_dns_udp_queries_total 2\n"
+            ),
+            "{prometheus}"
+        );
     }
 }

@@ -210,7 +210,10 @@ fn udp_socket(
     Ok(socket.into())
 }
 
-fn tcp_listener(address: SocketAddr, freebind: bool) -> io::Result<std::net::TcpListener> {
+pub(crate) fn tcp_listener(
+    address: SocketAddr,
+    freebind: bool,
+) -> io::Result<std::net::TcpListener> {
     let socket = socket(address, Type::STREAM, Protocol::TCP, freebind)?;
     socket.set_reuse_address(true)?;
     socket.bind(&address.into())?;

@@ -413,6 +413,12 @@ async fn run_dns(
             dns.resolv_conf = options.resolv_conf.clone();
             dns.reverse_cidrs = vec![options.service_cidr, options.cluster_cidr];
             dns.server.freebind = true;
+            let metrics = tokio::spawn(rudder_dns::metrics::serve_http(
+                std::net::SocketAddr::from((gateway, 9153)),
+                dns.metrics.clone(),
+                true,
+                stop.child_token(),
+            ));
             let serving = rudder_dns::run(&informers, dns, stop.clone());
             tokio::pin!(serving);
             // Serving once it has bound and kept running a moment.
