@@ -413,12 +413,19 @@ async fn run_dns(
             dns.resolv_conf = options.resolv_conf.clone();
             dns.reverse_cidrs = vec![options.service_cidr, options.cluster_cidr];
             dns.server.freebind = true;
-            let metrics = tokio::spawn(rudder_dns::metrics::serve_http(
-                std::net::SocketAddr::from((gateway, 9153)),
-                dns.metrics.clone(),
-                true,
-                stop.child_token(),
-            ));
+            let metrics = {
+                let serving = rudder_dns::metrics::serve_http(
+                    std::net::SocketAddr::from((gateway, 9153)),
+                    dns.metrics.clone(),
+                    true,
+                    stop.child_token(),
+                );
+                tokio::spawn(async move {
+                    if let Err(error) = serving.await {
+                        tracing::warn!(%error, "the cluster DNS's metrics are not served");
+                    }
+                })
+            };
             let serving = rudder_dns::run(&informers, dns, stop.clone());
             tokio::pin!(serving);
             // Serving once it has bound and kept running a moment.
@@ -445,6 +452,7 @@ async fn run_dns(
                     serving.await
                 }
             };
+            metrics.abort();
             match ended {
                 Ok(()) => return,
                 Err(error) => {
