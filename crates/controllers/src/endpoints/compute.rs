@@ -269,9 +269,57 @@ fn pack(
     slices
 }
 
+/// A node's zone: its `topology.kubernetes.io/zone` label.
+pub fn zone_of(node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
+    node.metadata
+        .labels
+        .as_ref()?
+        .get("topology.kubernetes.io/zone")
+        .cloned()
+}
+
+/// The hints `spec.trafficDistribution` asks for (upstream's
+/// `pkg/controller/endpointslice/trafficdist`): `PreferClose` and
+/// `PreferSameZone` hint each endpoint for its own zone, `PreferSameNode`
+/// for its own node (and zone, for proxies that know only zones). An
+/// endpoint without a zone gets none, and the proxy then keeps to the
+/// whole cluster.
+fn hints(
+    service: &Service,
+    zone: Option<&str>,
+    node: Option<&str>,
+) -> Option<k8s_openapi::api::discovery::v1::EndpointHints> {
+    use k8s_openapi::api::discovery::v1::{EndpointHints, ForNode, ForZone};
+    let distribution = service.spec.as_ref()?.traffic_distribution.as_deref()?;
+    let for_zones = zone.map(|z| {
+        vec![ForZone {
+            name: z.to_string(),
+        }]
+    });
+    match distribution {
+        "PreferClose" | "PreferSameZone" => Some(EndpointHints {
+            for_zones: Some(for_zones?),
+            for_nodes: None,
+        }),
+        "PreferSameNode" => Some(EndpointHints {
+            for_nodes: Some(vec![ForNode {
+                name: node?.to_string(),
+            }]),
+            for_zones,
+        }),
+        _ => None,
+    }
+}
+
 /// The Service's EndpointSlices: every endpoint (terminating ones too,
-/// with their conditions), grouped by address type and ports.
-pub fn slices(service: &Service, found: &[Found]) -> Vec<EndpointSlice> {
+/// with their conditions), grouped by address type and ports, each with
+/// its node's zone (`zone`) and the hints its traffic distribution asks
+/// for.
+pub fn slices(
+    service: &Service,
+    found: &[Found],
+    zone: &dyn Fn(&str) -> Option<String>,
+) -> Vec<EndpointSlice> {
     let name = service.metadata.name.clone().unwrap_or_default();
     let mut groups: BTreeMap<(String, String), (Vec<EndpointPort>, Vec<Endpoint>)> =
         BTreeMap::new();
@@ -285,6 +333,8 @@ pub fn slices(service: &Service, found: &[Found]) -> Vec<EndpointSlice> {
         let entry = groups
             .entry(group)
             .or_insert_with(|| (ports.clone(), Vec::new()));
+        let node = pod::node(&f.pod);
+        let endpoint_zone = node.and_then(zone);
         entry.1.push(Endpoint {
             addresses: vec![f.ip.clone()],
             conditions: Some(EndpointConditions {
@@ -293,7 +343,9 @@ pub fn slices(service: &Service, found: &[Found]) -> Vec<EndpointSlice> {
                 terminating: Some(f.terminating),
             }),
             hostname: hostname(service, &f.pod),
-            node_name: pod::node(&f.pod).map(String::from),
+            hints: hints(service, endpoint_zone.as_deref(), node),
+            node_name: node.map(String::from),
+            zone: endpoint_zone,
             target_ref: Some(target_ref(&f.pod)),
             ..Default::default()
         });
@@ -435,7 +487,7 @@ mod tests {
             "the named port resolved"
         );
 
-        let slices = slices(&svc, &found);
+        let slices = slices(&svc, &found, &|_| None);
         assert_eq!(slices.len(), 1);
         let terminating = slices[0]
             .endpoints
@@ -469,10 +521,53 @@ mod tests {
                 )
             })
             .collect();
-        let slices = slices(&svc, &endpoints_of(&svc, &pods));
+        let slices = slices(&svc, &endpoints_of(&svc, &pods), &|_| None);
         assert_eq!(
             slices.iter().map(|s| s.endpoints.len()).collect::<Vec<_>>(),
             [100, 100, 50]
+        );
+    }
+
+    #[test]
+    fn endpoints_carry_their_zone_and_the_hints_their_traffic_distribution_asks_for() {
+        let zone = |node: &str| (node == "n1").then(|| "z1".to_string());
+        let pods = vec![
+            pod("a", "10.1.0.1", true, json!({"spec": {"nodeName": "n1"}})),
+            pod("b", "10.1.0.2", true, json!({"spec": {"nodeName": "n2"}})),
+        ];
+        let hints_of = |svc: &Service| -> Vec<(Option<String>, Option<serde_json::Value>)> {
+            slices(svc, &endpoints_of(svc, &pods), &zone)[0]
+                .endpoints
+                .iter()
+                .map(|e| {
+                    (
+                        e.zone.clone(),
+                        e.hints
+                            .as_ref()
+                            .map(|h| serde_json::to_value(h).expect("json")),
+                    )
+                })
+                .collect()
+        };
+        let plain = service(json!({"selector": {"app": "web"}, "ports": [{"port": 80}]}));
+        assert_eq!(hints_of(&plain), [(Some("z1".into()), None), (None, None)]);
+        let close = service(json!({"selector": {"app": "web"}, "ports": [{"port": 80}],
+                                   "trafficDistribution": "PreferClose"}));
+        assert_eq!(
+            hints_of(&close),
+            [
+                (
+                    Some("z1".into()),
+                    Some(json!({"forZones": [{"name": "z1"}]}))
+                ),
+                (None, None)
+            ]
+        );
+        let node = service(json!({"selector": {"app": "web"}, "ports": [{"port": 80}],
+                                  "trafficDistribution": "PreferSameNode"}));
+        assert_eq!(
+            hints_of(&node)[0].1,
+            Some(json!({"forNodes": [{"name": "n1"}], "forZones": [{"name": "z1"}]}))
         );
     }
 

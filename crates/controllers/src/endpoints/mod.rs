@@ -11,7 +11,7 @@ pub mod compute;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -32,6 +32,8 @@ struct Controller {
     pods: Store<Pod>,
     endpoints: Store<Endpoints>,
     slices: Store<EndpointSlice>,
+    /// For the endpoints' zones (their node's `topology.kubernetes.io/zone`).
+    nodes: Store<Node>,
     queue: WorkQueue<String>,
     /// Slices created and not yet seen in the cache, per Service: until
     /// they show, the Service's slices are not written again (a second
@@ -45,6 +47,8 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     let pods = ctx.informers.typed::<Pod>();
     let endpoints = ctx.informers.typed::<Endpoints>();
     let slices = ctx.informers.typed::<EndpointSlice>();
+    let nodes = ctx.informers.typed::<Node>();
+    let mut node_changes = nodes.subscribe();
     let (mut service_changes, mut pod_changes) = (services.subscribe(), pods.subscribe());
     let (mut endpoint_changes, mut slice_changes) = (endpoints.subscribe(), slices.subscribe());
     let c = Arc::new(Controller {
@@ -52,6 +56,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
         pods: pods.store(),
         endpoints: endpoints.store(),
         slices: slices.store(),
+        nodes: nodes.store(),
         queue: WorkQueue::new(ctx.clock.clone()),
         expectations: Expectations::new(ctx.clock.clone()),
         ctx: ctx.clone(),
@@ -60,6 +65,7 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     pods.wait_synced().await;
     endpoints.wait_synced().await;
     slices.wait_synced().await;
+    nodes.wait_synced().await;
     let all = {
         let c = c.clone();
         move || {
@@ -111,6 +117,12 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                         Some(Change::Applied { new, .. }) => c.slice_changed(&new, false),
                         Some(Change::Deleted(old)) => c.slice_changed(&old, true),
                         Some(Change::Resync) => all(),
+                    },
+                    // A node's zone changes its endpoints' zones and hints.
+                    change = node_changes.next_until(&stop) => match change {
+                        None => return,
+                        Some(Change::Applied { old: Some(old), new }) if compute::zone_of(&old) == compute::zone_of(&new) => {}
+                        Some(_) => all(),
                     },
                 }
             }
@@ -203,7 +215,8 @@ impl Controller {
                 let found = compute::endpoints_of(service, &pods);
                 let wanted = compute::endpoints_object(service, &found);
                 self.write_endpoints(&endpoints_api, wanted).await?;
-                let wanted_slices = compute::slices(service, &found);
+                let zone = |node: &str| self.nodes.get(node).and_then(|n| compute::zone_of(&n));
+                let wanted_slices = compute::slices(service, &found, &zone);
                 let owner = controller_reference(&**service);
                 if slices_current {
                     self.write_slices(key, namespace, slices, wanted_slices, SLICE_MANAGER, owner)
