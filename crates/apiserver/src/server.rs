@@ -53,6 +53,8 @@ pub struct ServerOptions {
     /// HTTPS, or `None` for a server reached only in-process.
     pub listen: Option<Listen>,
     pub clock: Arc<dyn Clock>,
+    /// The range ClusterIPs are allocated from (`--service-cidr`).
+    pub service_cidr: rudder_api::network::Cidr,
 }
 
 impl ServerOptions {
@@ -68,6 +70,7 @@ impl ServerOptions {
             store,
             listen,
             clock: Arc::new(SystemClock),
+            service_cidr: rudder_api::network::default_service_cidr(),
         }
     }
 }
@@ -146,6 +149,7 @@ impl Server {
     pub async fn start(options: ServerOptions) -> anyhow::Result<Server> {
         let base = Arc::new(Registry::builtin());
         let state = State::new(base.clone(), options.store.clone(), options.clock.clone());
+        let _ = state.service_cidr.set(options.service_cidr);
         let cancel = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let (listener, advertise, port, kubeconfig) = match &options.listen {

@@ -63,6 +63,8 @@ pub struct State {
     /// The client node agents are reached with (`pods/log`); set by a
     /// server that has the cluster's TLS material.
     pub kubelet: std::sync::OnceLock<crate::kubelet::KubeletClient>,
+    /// The service CIDR, set once at start (see [`State::service_cidr`]).
+    pub service_cidr: std::sync::OnceLock<rudder_api::network::Cidr>,
 }
 
 /// Requests served at once before 429 (upstream's max-requests-inflight
@@ -100,7 +102,17 @@ impl State {
             issuer: Default::default(),
             ca_bundle: Default::default(),
             kubelet: std::sync::OnceLock::new(),
+            service_cidr: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The range ClusterIPs are allocated from (`--service-cidr`; the
+    /// default until a server sets it).
+    pub fn service_cidr(&self) -> rudder_api::network::Cidr {
+        self.service_cidr
+            .get()
+            .copied()
+            .unwrap_or_else(rudder_api::network::default_service_cidr)
     }
 }
 

@@ -296,3 +296,47 @@ async fn a_local_load_balancer_gets_a_health_check_port_and_gives_it_back() {
         "the port is released"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_ips_come_from_the_configured_service_cidr() {
+    let store = rudder_store::testing::embedded().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut options = ServerOptions::new(dir.path(), store.store.clone(), None);
+    options.service_cidr = "10.96.0.0/16".parse().expect("cidr");
+    let server = Server::start(options).await.expect("start");
+    let services: Api<Service> = Api::namespaced(server.client(&Identity::admin()), "default");
+    let kubernetes = services
+        .get("kubernetes")
+        .await
+        .expect("the kubernetes Service");
+    assert_eq!(
+        kubernetes.spec.and_then(|s| s.cluster_ip).as_deref(),
+        Some("10.96.0.1")
+    );
+    let web: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}
+    }))
+    .expect("service");
+    let ip = services
+        .create(&PostParams::default(), &web)
+        .await
+        .expect("create")
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("an IP");
+    assert!(ip.starts_with("10.96."), "{ip}");
+    let outside: Service = serde_json::from_value(json!({
+        "metadata": {"name": "outside"}, "spec": {"clusterIP": "10.43.0.20", "ports": [{"port": 80}]}
+    }))
+    .expect("service");
+    let refused = services
+        .create(&PostParams::default(), &outside)
+        .await
+        .expect_err("outside the range");
+    assert!(
+        refused
+            .to_string()
+            .contains("The range of valid IPs is 10.96.0.0/16"),
+        "{refused}"
+    );
+}

@@ -361,6 +361,7 @@ async fn floor_pod(
             dir: &dirs.pods,
             tmpfs: true,
             tokens,
+            host: &rudder_host::System,
         };
         let paths = volumes::setup(client, root, pod, &context)
             .await
@@ -439,7 +440,12 @@ async fn cri_floor(
         })
         .await;
     for pod in &pods {
-        volumes::teardown(&dirs.pods, &pod.metadata.uid.clone().unwrap_or_default()).await;
+        volumes::teardown(
+            &rudder_host::System,
+            &dirs.pods,
+            &pod.metadata.uid.clone().unwrap_or_default(),
+        )
+        .await;
     }
     Api::<Pod>::namespaced(client.clone(), FLOOR_NAMESPACE)
         .delete_collection(

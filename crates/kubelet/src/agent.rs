@@ -175,11 +175,14 @@ async fn run_with(
     if options.container_runtime_endpoint.is_none() {
         let dir = std::env::temp_dir().join(format!("rudder-pause-{}.tar", std::process::id()));
         crate::images::Image::pause().write(&dir)?;
-        let imported = crate::images::import(&layout.socket(), std::slice::from_ref(&dir)).await;
+        let imported =
+            crate::images::import(&*options.host, &layout.socket(), std::slice::from_ref(&dir))
+                .await;
         let _ = std::fs::remove_file(&dir);
         imported?;
         let archives = crate::images::archives_in(&options.images_dir());
-        if let Err(error) = crate::images::import(&layout.socket(), &archives).await {
+        if let Err(error) = crate::images::import(&*options.host, &layout.socket(), &archives).await
+        {
             tracing::warn!(%error, "an image archive could not be imported");
         }
     }
@@ -281,6 +284,7 @@ async fn run_with(
         allocatable_cpu_millis,
         allocatable_memory,
         tokens: Default::default(),
+        host: options.host.clone(),
         dns: pods::dns::Settings {
             cluster_dns: options.cluster_dns.clone(),
             cluster_domain: options.cluster_domain.clone(),
@@ -544,7 +548,7 @@ pub async fn killall(options: &Options) -> Result<(), Error> {
     let host = &*options.host;
     let _ = network::delete_nftables(host, &options.nftables_table).await;
     let _ = network::delete_bridge(host, &options.bridge).await;
-    crate::pods::volumes::unmount_under(&options.agent_dir()).await;
+    crate::pods::volumes::unmount_under(host, &options.agent_dir()).await;
     if let Err(error) = rudder_host::sysctl::restore_forwarding(host, &options.agent_dir()) {
         tracing::warn!(%error, "could not turn IPv4 forwarding off again");
     }

@@ -50,6 +50,7 @@ impl Node {
             allocatable_cpu_millis: 2000,
             allocatable_memory: 4 << 30,
             tokens: Default::default(),
+            host: Arc::new(rudder_host::testing::FakeHost::new()),
             dns: rudder_kubelet::pods::dns::Settings {
                 cluster_dns: vec![[10, 43, 0, 10].into()],
                 cluster_domain: "cluster.local".into(),

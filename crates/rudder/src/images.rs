@@ -55,7 +55,7 @@ pub async fn run(command: ImagesCommand) -> anyhow::Result<()> {
                     .layout()
                     .socket()
             });
-            rudder_kubelet::images::import(&socket, &files).await?;
+            rudder_kubelet::images::import(&rudder_host::System, &socket, &files).await?;
             Ok(())
         }
         ImagesCommand::PackBusybox {

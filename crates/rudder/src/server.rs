@@ -238,7 +238,12 @@ pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
         extra_sans: args.tls_sans.clone(),
         advertise: args.advertise_address,
     };
-    let mut server = Server::start(ServerOptions::new(&args.data_dir, store, Some(listen))).await?;
+    let mut options = ServerOptions::new(&args.data_dir, store, Some(listen));
+    options.service_cidr = args
+        .service_cidr
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--service-cidr: {e}"))?;
+    let mut server = Server::start(options).await?;
     if !args.disable_controllers {
         rudder_controllers::nodeipam::Ranges::parse(&args.cluster_cidr, 24)
             .map_err(|e| anyhow::anyhow!("--cluster-cidr: {e}"))?;

@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use bytes::Bytes;
 use rand::Rng;
-use rudder_api::network::{Cidr, NODE_PORTS, SERVICE_CIDR};
+use rudder_api::network::NODE_PORTS;
 use rudder_api::{Cause, ResourceDef, Status};
 use serde_json::{Value, json};
 
@@ -28,13 +28,6 @@ const NODE_PORT_KEYS: &str = "/registry/ranges/servicenodeports/";
 pub struct Allocation {
     pub ip: Option<Ipv4Addr>,
     pub node_ports: Vec<u16>,
-}
-
-fn cidr() -> Cidr {
-    Cidr::parse(SERVICE_CIDR).unwrap_or(Cidr {
-        base: Ipv4Addr::new(10, 43, 0, 0),
-        prefix: 16,
-    })
 }
 
 fn needs_ip(service: &Value) -> bool {
@@ -153,7 +146,7 @@ async fn allocate_into(
     name: &str,
     allocation: &mut Allocation,
 ) -> Result<(), Status> {
-    let range = cidr();
+    let range = storage.state.service_cidr();
     if needs_ip(service) {
         let requested = service
             .pointer("/spec/clusterIP")
@@ -182,7 +175,7 @@ async fn allocate_into(
                         "spec.clusterIPs",
                         json!([text]),
                         &format!(
-                            "failed to allocate IP {ip}: provided IP is not in the valid range. The range of valid IPs is {SERVICE_CIDR}"
+                            "failed to allocate IP {ip}: provided IP is not in the valid range. The range of valid IPs is {range}"
                         ),
                     ));
                 }
@@ -213,7 +206,7 @@ async fn allocate_into(
                 }
                 found.ok_or_else(|| {
                     Status::internal(format!(
-                        "failed to allocate a serviceIP: range {SERVICE_CIDR} is full"
+                        "failed to allocate a serviceIP: range {range} is full"
                     ))
                 })?
             }
@@ -590,7 +583,7 @@ pub async fn bootstrap(storage: &Storage<'_>, advertise: IpAddr, port: u16) -> a
 }
 
 async fn create_kubernetes_service(storage: &Storage<'_>, port: u16) -> anyhow::Result<()> {
-    let ip = rudder_api::network::kubernetes_service_ip(&cidr());
+    let ip = rudder_api::network::kubernetes_service_ip(&storage.state.service_cidr());
     let service = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},

@@ -185,27 +185,33 @@ pub fn go_arch() -> &'static str {
 /// Imports docker-archive or OCI archives into containerd's `k8s.io`
 /// namespace (the one its CRI plugin serves) through containerd's own
 /// client, `ctr`.
-pub async fn import(containerd_socket: &Path, archives: &[PathBuf]) -> Result<(), Error> {
+pub async fn import(
+    host: &dyn rudder_host::Host,
+    containerd_socket: &Path,
+    archives: &[PathBuf],
+) -> Result<(), Error> {
     for archive in archives {
-        let output = tokio::process::Command::new("ctr")
-            .arg("--address")
-            .arg(containerd_socket)
-            .args(["--namespace", "k8s.io", "images", "import"])
-            .arg(archive)
-            .kill_on_drop(true)
-            .output()
-            .await
-            .map_err(|source| Error::Io {
-                what: "run ctr images import for",
-                path: archive.clone(),
-                source,
-            })?;
-        if !output.status.success() {
-            return Err(Error::Import {
-                path: archive.clone(),
-                message: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-            });
-        }
+        let socket = containerd_socket.display().to_string();
+        let path = archive.display().to_string();
+        let command = rudder_host::Command::new(
+            "ctr",
+            [
+                "--address",
+                socket.as_str(),
+                "--namespace",
+                "k8s.io",
+                "images",
+                "import",
+                path.as_str(),
+            ],
+        );
+        host.run(&command).await.map_err(|e| Error::Import {
+            path: archive.clone(),
+            message: match e {
+                rudder_host::Error::Command { message, .. } => message,
+                other => other.to_string(),
+            },
+        })?;
         tracing::info!(archive = %archive.display(), "image archive imported");
     }
     Ok(())

@@ -11,6 +11,7 @@
 //! a `..data` symlink swapped to a new timestamped directory — so they
 //! change in place, all at once, when their sources do.
 
+use rudder_host::{Command, Host};
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -321,38 +322,42 @@ fn count_files(dir: &Path) -> usize {
         .sum()
 }
 
-fn is_mount_point(path: &Path) -> bool {
-    let path = path.display().to_string();
-    std::fs::read_to_string("/proc/self/mounts")
+/// The mount points the host has, as `/proc/self/mounts` lists them.
+fn mount_points(host: &dyn Host) -> Vec<String> {
+    host.read_file(Path::new("/proc/self/mounts"))
         .unwrap_or_default()
         .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(path.as_str()))
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect()
 }
 
-async fn mount_tmpfs(dir: &Path, size: Option<String>) -> Result<(), MountError> {
+async fn mount_tmpfs(host: &dyn Host, dir: &Path, size: Option<String>) -> Result<(), MountError> {
     std::fs::create_dir_all(dir).map_err(io("create", dir))?;
-    if is_mount_point(dir) {
+    let path = dir.display().to_string();
+    if mount_points(host).contains(&path) {
         return Ok(());
     }
     let mut options = "mode=0755".to_string();
     if let Some(size) = size {
         options.push_str(&format!(",size={size}"));
     }
-    let output = tokio::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &options, "tmpfs"])
-        .arg(dir)
-        .output()
-        .await
-        .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "mount tmpfs on {}: {}",
-            dir.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
+    host.run(&Command::new(
+        "mount",
+        [
+            "-t",
+            "tmpfs",
+            "-o",
+            options.as_str(),
+            "tmpfs",
+            path.as_str(),
+        ],
+    ))
+    .await
+    .map(drop)
+    .map_err(|e| match e {
+        rudder_host::Error::Command { message, .. } => format!("mount tmpfs on {path}: {message}"),
+        other => format!("mount tmpfs on {path}: {other}"),
+    })
 }
 
 /// The host path of a claim bound to a hostPath or local volume.
@@ -389,6 +394,8 @@ pub struct Root<'a> {
     pub dir: &'a Path,
     pub tmpfs: bool,
     pub tokens: &'a super::tokens::Tokens,
+    /// Mounts go through the node's host seam.
+    pub host: &'a dyn Host,
 }
 
 /// How a projected token source is known in [`Sources::tokens`].
@@ -448,7 +455,7 @@ pub async fn setup(
     pod: &Pod,
     context: &Context,
 ) -> Result<BTreeMap<String, PathBuf>, MountError> {
-    let (tmpfs_allowed, tokens, root) = (root.tmpfs, root.tokens, root.dir);
+    let (tmpfs_allowed, tokens, host, root) = (root.tmpfs, root.tokens, root.host, root.dir);
     let fs_group = pod
         .spec
         .as_ref()
@@ -466,7 +473,7 @@ pub async fn setup(
         let path = if let Some(empty) = &volume.empty_dir {
             let dir = volume_dir(root, &uid, "kubernetes.io~empty-dir", name);
             if empty.medium.as_deref() == Some("Memory") && tmpfs_allowed {
-                mount_tmpfs(&dir, empty.size_limit.as_ref().map(|q| q.0.clone())).await?;
+                mount_tmpfs(host, &dir, empty.size_limit.as_ref().map(|q| q.0.clone())).await?;
             } else {
                 std::fs::create_dir_all(&dir).map_err(io("create", &dir))?;
             }
@@ -516,7 +523,7 @@ pub async fn setup(
             };
             let dir = volume_dir(root, &uid, plugin, name);
             if tmpfs && tmpfs_allowed {
-                mount_tmpfs(&dir, None).await?;
+                mount_tmpfs(host, &dir, None).await?;
             }
             write_atomic(&dir, &files)?;
             dir
@@ -592,31 +599,28 @@ pub fn mounts(
 }
 
 /// Unmounts and removes a pod's volume directories.
-pub async fn teardown(root: &Path, uid: &str) {
+pub async fn teardown(host: &dyn Host, root: &Path, uid: &str) {
     let dir = pod_dir(root, uid);
     if !dir.exists() {
         return;
     }
-    unmount_under(&dir).await;
+    unmount_under(host, &dir).await;
     if let Err(error) = std::fs::remove_dir_all(&dir) {
         tracing::warn!(%error, dir = %dir.display(), "could not remove a pod's volumes");
     }
 }
 
 /// Unmounts every mount under `dir`, deepest first.
-pub async fn unmount_under(dir: &Path) {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let mut under: Vec<&str> = mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
+pub async fn unmount_under(host: &dyn Host, dir: &Path) {
+    let mut under: Vec<String> = mount_points(host)
+        .into_iter()
         .filter(|m| Path::new(m).starts_with(dir))
         .collect();
     under.sort_by_key(|m| std::cmp::Reverse(m.len()));
     for mount in under {
-        let _ = tokio::process::Command::new("umount")
-            .arg(mount)
-            .status()
-            .await;
+        if let Err(error) = host.run(&Command::new("umount", [mount.as_str()])).await {
+            tracing::warn!(%error, "could not unmount a volume");
+        }
     }
 }
 

@@ -59,6 +59,8 @@ pub struct Shared {
     pub tokens: super::tokens::Tokens,
     /// What pods resolve names with.
     pub dns: super::dns::Settings,
+    /// The machine: volumes' mounts go through it.
+    pub host: Arc<dyn rudder_host::Host>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -293,7 +295,7 @@ async fn remove_all(shared: &Shared, uid: &str) -> Result<(), crate::cri::Error>
             .await
             .or_else(ignore_missing)?;
     }
-    volumes::teardown(&shared.pods_dir, uid).await;
+    volumes::teardown(&*shared.host, &shared.pods_dir, uid).await;
     shared.tokens.forget(uid);
     Ok(())
 }
@@ -735,6 +737,7 @@ async fn sync(
             dir: &shared.pods_dir,
             tmpfs: shared.memory_volumes,
             tokens: &shared.tokens,
+            host: &*shared.host,
         };
         match volumes::setup(&shared.client, root, pod, &context).await {
             Ok(paths) => memory.volumes = Some((paths, now)),
