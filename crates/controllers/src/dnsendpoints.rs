@@ -6,11 +6,12 @@
 //! kube-dns` Service's EndpointSlice listing those nodes' gateways, each
 //! ready while its Node is Ready. The Service's `internalTrafficPolicy:
 //! Local` then sends every node's queries to its own DNS — no query
-//! crosses nodes.
+//! crosses nodes. The same endpoints go into the legacy Endpoints object
+//! older clients read.
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Endpoints, Node};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
 use rudder_api::network::Cidr;
@@ -86,10 +87,54 @@ pub fn slice(endpoints: Vec<Value>) -> Value {
     })
 }
 
+/// The same endpoints as the legacy Endpoints object older clients read
+/// (`kubectl get endpoints`, `describe svc`), marked so that the
+/// EndpointSlice mirroring leaves it alone.
+pub fn legacy(endpoints: &[Value]) -> Value {
+    let address = |e: &Value| json!({"ip": e["addresses"][0], "nodeName": e["nodeName"]});
+    let ready: Vec<Value> = endpoints
+        .iter()
+        .filter(|e| e["conditions"]["ready"] == json!(true))
+        .map(address)
+        .collect();
+    let not_ready: Vec<Value> = endpoints
+        .iter()
+        .filter(|e| e["conditions"]["ready"] != json!(true))
+        .map(address)
+        .collect();
+    let mut subset = json!({"ports": [
+        {"name": "dns", "port": 53, "protocol": "UDP"},
+        {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+        {"name": "metrics", "port": 9153, "protocol": "TCP"},
+    ]});
+    if !ready.is_empty() {
+        subset["addresses"] = json!(ready);
+    }
+    if !not_ready.is_empty() {
+        subset["notReadyAddresses"] = json!(not_ready);
+    }
+    let subsets = if endpoints.is_empty() {
+        json!([])
+    } else {
+        json!([subset])
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {
+            "name": SERVICE,
+            "namespace": NAMESPACE,
+            "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"},
+        },
+        "subsets": subsets,
+    })
+}
+
 struct Controller {
     ctx: Arc<Context>,
     nodes: Store<Node>,
     slices: Store<EndpointSlice>,
+    endpoints: Store<Endpoints>,
     queue: WorkQueue<String>,
 }
 
@@ -97,16 +142,20 @@ struct Controller {
 pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
     let nodes = ctx.informers.typed::<Node>();
     let slices = ctx.informers.typed::<EndpointSlice>();
+    let legacy_endpoints = ctx.informers.typed::<Endpoints>();
     let mut node_changes = nodes.subscribe();
     let mut slice_changes = slices.subscribe();
+    let mut endpoint_changes = legacy_endpoints.subscribe();
     let c = Arc::new(Controller {
         nodes: nodes.store(),
         slices: slices.store(),
+        endpoints: legacy_endpoints.store(),
         queue: WorkQueue::new(ctx.clock.clone()),
         ctx: ctx.clone(),
     });
     nodes.wait_synced().await;
     slices.wait_synced().await;
+    legacy_endpoints.wait_synced().await;
     let key = format!("{NAMESPACE}/{SLICE}");
     c.queue.add(key.clone());
     let watch = {
@@ -116,6 +165,12 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
                 tokio::select! {
                     change = node_changes.next_until(&stop) => match change {
                         Some(_) => c.queue.add(key.clone()),
+                        None => return,
+                    },
+                    change = endpoint_changes.next_until(&stop) => match change {
+                        Some(Change::Applied { new, .. }) if new.metadata.name.as_deref() == Some(SERVICE) && new.metadata.namespace.as_deref() == Some(NAMESPACE) => c.queue.add(key.clone()),
+                        Some(Change::Deleted(old)) if old.metadata.name.as_deref() == Some(SERVICE) && old.metadata.namespace.as_deref() == Some(NAMESPACE) => c.queue.add(key.clone()),
+                        Some(_) => {}
                         None => return,
                     },
                     change = slice_changes.next_until(&stop) => match change {
@@ -145,18 +200,28 @@ pub async fn run(ctx: Arc<Context>, stop: CancellationToken) {
 impl Controller {
     async fn sync(&self) -> Result<Action, kube::Error> {
         let wanted = endpoints(&self.nodes.list());
+        let params = PatchParams::apply(MANAGER).force();
         let current = self.slices.get_in(Some(NAMESPACE), SLICE);
         let have: Option<Value> = current
             .as_ref()
             .and_then(|s| serde_json::to_value(&s.endpoints).ok());
-        if have.as_ref() == Some(&Value::Array(wanted.clone())) {
-            return Ok(Action::Done);
+        if have.as_ref() != Some(&Value::Array(wanted.clone())) {
+            let api: Api<EndpointSlice> = Api::namespaced(self.ctx.client.clone(), NAMESPACE);
+            api.patch(SLICE, &params, &Patch::Apply(slice(wanted.clone())))
+                .await?;
         }
-        let api: Api<EndpointSlice> = Api::namespaced(self.ctx.client.clone(), NAMESPACE);
-        let params = PatchParams::apply(MANAGER).force();
-        api.patch(SLICE, &params, &Patch::Apply(slice(wanted)))
-            .await
-            .map(|_| Action::Done)
+        let legacy_wanted = legacy(&wanted);
+        let legacy_have = self
+            .endpoints
+            .get_in(Some(NAMESPACE), SERVICE)
+            .and_then(|e| serde_json::to_value(&e.subsets).ok())
+            .map(|s| if s.is_null() { json!([]) } else { s });
+        if legacy_have.as_ref() != Some(&legacy_wanted["subsets"]) {
+            let api: Api<Endpoints> = Api::namespaced(self.ctx.client.clone(), NAMESPACE);
+            api.patch(SERVICE, &params, &Patch::Apply(legacy_wanted))
+                .await?;
+        }
+        Ok(Action::Done)
     }
 }
 

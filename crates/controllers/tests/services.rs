@@ -6,7 +6,7 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -136,6 +136,22 @@ async fn the_dns_endpoints_are_the_serving_nodes_gateways() {
                         .as_ref()
                         .and_then(|l| l.get("kubernetes.io/service-name"))
                         == Some(&"kube-dns".to_string())
+            })
+    })
+    .await;
+    // And in the Endpoints object older clients read.
+    let endpoints: Api<Endpoints> = Api::namespaced(c.admin.clone(), "kube-system");
+    until("node a's gateway in kube-dns's Endpoints", || async {
+        endpoints
+            .get_opt("kube-dns")
+            .await
+            .expect("get")
+            .is_some_and(|e| {
+                e.subsets
+                    .as_ref()
+                    .and_then(|s| s.first())
+                    .and_then(|s| s.addresses.as_ref())
+                    .is_some_and(|a| a.len() == 1 && a[0].ip == "10.42.10.1")
             })
     })
     .await;
