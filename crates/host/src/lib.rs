@@ -7,14 +7,16 @@
 //! been asked of the machine without root.
 //!
 //! What is built on the seam lives here too, once: the node's routes
-//! ([`routes`]), its sysctls ([`sysctl`]) and nftables transactions
-//! ([`nft`]).
+//! ([`routes`]), its sysctls ([`sysctl`]), nftables transactions
+//! ([`nft`]) and every nftables table the node programs ([`tables`]: the
+//! agent's and the service proxy's).
 
 pub mod command;
 pub mod netns;
 pub mod nft;
 pub mod routes;
 pub mod sysctl;
+pub mod tables;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -12,34 +12,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use rudder_api::network::Cidr;
 
-/// A transport protocol a Service port can use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// The API's name (`TCP`, the default when unset).
-    pub fn parse(api: Option<&str>) -> Option<Protocol> {
-        match api.unwrap_or("TCP") {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-
-    /// nftables' name, and the one in chain names.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
-}
+pub use rudder_host::tables::Protocol;
 
 /// A Service, by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
