@@ -33,29 +33,15 @@ pub struct Ranges {
 impl Ranges {
     /// `cidr` (`10.42.0.0/16`) in ranges of `/mask`.
     pub fn parse(cidr: &str, mask: u8) -> Result<Ranges, String> {
-        let (address, prefix) = cidr
-            .split_once('/')
-            .ok_or_else(|| format!("invalid CIDR address: {cidr}"))?;
-        let address: Ipv4Addr = address
-            .parse()
-            .map_err(|_| format!("invalid CIDR address: {cidr}"))?;
-        let prefix: u8 = prefix
-            .parse()
-            .ok()
-            .filter(|p| *p <= 32)
-            .ok_or_else(|| format!("invalid CIDR address: {cidr}"))?;
+        let parsed: rudder_api::network::Cidr = cidr.parse().map_err(|e| format!("{e}"))?;
+        let prefix = parsed.prefix;
         if mask < prefix || mask > 32 {
             return Err(format!(
                 "node CIDR mask /{mask} must be longer than the cluster CIDR's /{prefix}"
             ));
         }
-        let keep = if prefix == 0 {
-            0
-        } else {
-            u32::MAX << (32 - prefix)
-        };
         Ok(Ranges {
-            base: u32::from(address) & keep,
+            base: u32::from(parsed.base),
             prefix,
             mask,
         })
