@@ -1,8 +1,8 @@
-//! The proxy's transactions in a real kernel: two network namespaces this
-//! test makes (a "node" holding the rules and a client, and a "pods"
-//! namespace holding two endpoints behind a veth), real `nft`, real
-//! connections. Nothing leaves the machine: every address is inside the
-//! namespaces.
+//! The proxy's transactions in a real kernel: network namespaces this
+//! test makes (a "node" holding the rules and a client, a "pods" namespace
+//! holding endpoints behind a veth, and for the external traffic policy a
+//! client "outside"), real `nft`, real connections. Nothing leaves the
+//! machine: every address is inside the namespaces.
 //!
 //! Needs root: fails otherwise, unless `RUDDER_SKIP_ROOT_TESTS=1` skips it
 //! knowingly.
@@ -259,4 +259,134 @@ async fn cluster_ips_and_node_ports_reach_ready_endpoints_and_nothing_else() {
     proxier.slice(None, Some(&slice("empty", 1, "10.42.1.3", 8081, true)));
     sync(&mut proxier, &host).await;
     assert_eq!(namespaces.connect("10.43.0.11", 80), "B");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_external_policy_keeps_the_clients_address_and_cluster_masquerades_it() {
+    if !is_root() {
+        assert!(
+            std::env::var("RUDDER_SKIP_ROOT_TESTS").is_ok_and(|v| v == "1"),
+            "the proxy's kernel test needs root: run it as root, or set RUDDER_SKIP_ROOT_TESTS=1"
+        );
+        return;
+    }
+    // A client outside the cluster (192.0.2.10) reaches the node's
+    // address (192.0.2.1), a load balancer's, whose one endpoint is a pod
+    // on this node.
+    let id = std::process::id();
+    let (node, pods, outside) = (
+        format!("rudder-lb-node-{id}"),
+        format!("rudder-lb-pods-{id}"),
+        format!("rudder-lb-out-{id}"),
+    );
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = Process::new("sh").arg("-c").arg(&self.0).status();
+        }
+    }
+    let _cleanup = Cleanup(format!(
+        "for n in {node} {pods} {outside}; do ip netns pids $n 2>/dev/null | xargs -r kill; ip netns del $n 2>/dev/null; done"
+    ));
+    sh(&format!(
+        "ip netns add {node} && ip netns add {pods} && ip netns add {outside} && \
+         ip link add rln{id} netns {node} type veth peer name rlp{id} netns {pods} && \
+         ip link add rlo{id} netns {node} type veth peer name rlc{id} netns {outside} && \
+         ip -n {node} addr add 10.42.1.1/24 dev rln{id} && ip -n {node} link set rln{id} up && \
+         ip -n {node} addr add 192.0.2.1/24 dev rlo{id} && ip -n {node} link set rlo{id} up && \
+         ip -n {node} link set lo up && \
+         ip -n {pods} addr add 10.42.1.2/24 dev rlp{id} && ip -n {pods} link set rlp{id} up && \
+         ip -n {pods} route add default via 10.42.1.1 && \
+         ip -n {outside} addr add 192.0.2.10/24 dev rlc{id} && ip -n {outside} link set rlc{id} up && \
+         ip netns exec {node} sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'"
+    ));
+    let mut server = Process::new("ip")
+        .args([
+            "netns", "exec", &pods, "busybox", "nc", "-ll", "-p", "9090", "-e", "sleep", "3",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("a server");
+    std::thread::sleep(Duration::from_millis(300));
+    let host = InNamespace::new(&node);
+    let mut proxier = Proxier::new(
+        Config {
+            cluster_cidr: "10.42.0.0/16".parse().expect("cidr"),
+            service_cidr: "10.43.0.0/16".parse().expect("cidr"),
+        },
+        Locality {
+            node_name: "n1".into(),
+            zone: None,
+        },
+    );
+    let lb = |policy: &str| -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "default", "name": "lb"},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.43.0.30", "externalTrafficPolicy": policy,
+                     "ports": [{"name": "http", "port": 80, "nodePort": 30090}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}
+        }))
+        .expect("a Service")
+    };
+    let name = ServiceName::new("default", "lb");
+    proxier.service(name.clone(), Some(&lb("Local")));
+    proxier.slice(None, Some(&slice("lb", 1, "10.42.1.2", 9090, true)));
+    sync(&mut proxier, &host).await;
+    // What the pod answered to, from the node's connection tracking: the
+    // reply's destination is the client when its address was kept, the
+    // node when it was masqueraded.
+    let replied_to = || -> String {
+        let status = Process::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &outside,
+                "busybox",
+                "nc",
+                "-w",
+                "2",
+                "192.0.2.1",
+                "80",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("a client");
+        assert!(status.success(), "the client connected");
+        let tracked = Process::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &node,
+                "conntrack",
+                "-L",
+                "-p",
+                "tcp",
+                "--orig-dst",
+                "192.0.2.1",
+            ])
+            .output()
+            .expect("conntrack runs");
+        let _ = Process::new("ip")
+            .args(["netns", "exec", &node, "conntrack", "-F"])
+            .output();
+        String::from_utf8_lossy(&tracked.stdout).to_string()
+    };
+    let local = replied_to();
+    assert!(
+        local.contains("src=10.42.1.2 dst=192.0.2.10"),
+        "the client's own address reached the pod: {local}"
+    );
+    // The Cluster policy masquerades: the pod sees the node.
+    proxier.service(name, Some(&lb("Cluster")));
+    sync(&mut proxier, &host).await;
+    let cluster = replied_to();
+    assert!(
+        cluster.contains("src=10.42.1.2 dst=10.42.1.1"),
+        "the node's address reached the pod: {cluster}"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
 }
