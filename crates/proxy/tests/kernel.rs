@@ -46,7 +46,9 @@ impl Namespaces {
              ip -n {node} link set lo up && \
              ip -n {pods} addr add 10.42.1.2/24 dev rpp{id} && ip -n {pods} addr add 10.42.1.3/24 dev rpp{id} && \
              ip -n {pods} link set rpp{id} up && ip -n {pods} link set lo up && \
-             ip -n {node} route add 10.43.0.0/16 dev rpn{id}"
+             ip -n {node} route add 10.43.0.0/16 dev rpn{id} && \
+             ip -n {pods} route add default via 10.42.1.1 && \
+             ip netns exec {node} sh -c 'echo 1 > /proc/sys/net/ipv4/ip_forward'"
         ));
         let mut servers = Vec::new();
         // Busybox's nc listens on every address: the two endpoints differ
@@ -213,6 +215,36 @@ async fn cluster_ips_and_node_ports_reach_ready_endpoints_and_nothing_else() {
     assert!(refused.contains("refused"), "{refused}");
     let refused = namespaces.connect("10.43.0.10", 81);
     assert!(refused.contains("refused"), "{refused}");
+
+    // Hairpin: a pod reaching itself through its Service is answered
+    // (masqueraded, so that the reply comes back through the node).
+    proxier.service(
+        ServiceName::new("default", "self"),
+        Some(&service("self", "10.43.0.13", None)),
+    );
+    proxier.slice(None, Some(&slice("self", 1, "10.42.1.2", 8080, true)));
+    sync(&mut proxier, &host).await;
+    let output = Process::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &namespaces.pods,
+            "busybox",
+            "nc",
+            "-w",
+            "2",
+            "10.43.0.13",
+            "80",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("nc runs");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "A",
+        "the pod reached itself: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 
     // ClientIP affinity: once a client has reached an endpoint, it keeps
     // reaching that one.
