@@ -477,6 +477,21 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         &cluster,
         || get(&after_ip, 80).ok(),
     );
+    // The restarted node's DNS answers again.
+    wait_for(
+        "a name after the restart",
+        Duration::from_secs(30),
+        &cluster,
+        || {
+            let out = std::process::Command::new("busybox")
+                .args(["nslookup", "after.default.svc.cluster.local", "10.43.0.10"])
+                .output()
+                .ok()?;
+            String::from_utf8_lossy(&out.stdout)
+                .contains(&after_ip)
+                .then_some(())
+        },
+    );
     stream
         .write_all(b"after!\n")
         .expect("the connection is still open");
