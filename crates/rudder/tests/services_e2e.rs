@@ -82,6 +82,16 @@ fn get(ip: &str, port: u16) -> Result<String, String> {
     }
 }
 
+/// What busybox's nslookup on the host says of `name`, asking the cluster
+/// DNS Service's address.
+fn lookup_from_host(name: &str) -> Option<String> {
+    let out = std::process::Command::new("busybox")
+        .args(["nslookup", name, "10.43.0.10"])
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
 fn jsonpath(k: &Kubectl<'_>, args: &[&str], path: &str) -> String {
     let mut all = args.to_vec();
     let path = format!("jsonpath={path}");
@@ -343,11 +353,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         Duration::from_secs(30),
         &cluster,
         || {
-            let out = std::process::Command::new("busybox")
-                .args(["nslookup", "web.default.svc.cluster.local", "10.43.0.10"])
-                .output()
-                .ok()?;
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let text = lookup_from_host("web.default.svc.cluster.local")?;
             text.contains(&cluster_ip).then_some(text)
         },
     );
@@ -483,11 +489,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         Duration::from_secs(30),
         &cluster,
         || {
-            let out = std::process::Command::new("busybox")
-                .args(["nslookup", "after.default.svc.cluster.local", "10.43.0.10"])
-                .output()
-                .ok()?;
-            String::from_utf8_lossy(&out.stdout)
+            lookup_from_host("after.default.svc.cluster.local")?
                 .contains(&after_ip)
                 .then_some(())
         },
