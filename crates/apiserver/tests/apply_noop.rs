@@ -145,6 +145,8 @@ where
         .await
         .expect("watch")
         .boxed();
+    // Across a second: a managedFields time re-stamped would make a write.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     for round in 1..=2 {
         let again = api
             .patch("web", &params, &Patch::Apply(manifest))

@@ -131,7 +131,11 @@ impl Storage<'_> {
         object::prepare_update(def, &mut new, &old, part)?;
         self.record_managed(def, part, Some(&old), &mut new, options);
         set_resource_version(&mut new, revision);
-        if new == old {
+        // An apply that changes nothing but re-stamps its managedFields
+        // entry (the merge compared the object before defaulting, and the
+        // second had turned) is no change either: upstream stamps an entry
+        // only when its fields or the object change.
+        if new == old || only_managed_times_differ(&new, &old) {
             return Ok(match cached {
                 true => Attempt::Retry,
                 false => Attempt::Done(old),
@@ -187,4 +191,24 @@ impl Storage<'_> {
             Err(e) => Err(store_error(e, def, name)),
         }
     }
+}
+
+/// Whether `a` and `b` differ at most in their managedFields entries'
+/// `time`s.
+fn only_managed_times_differ(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(entries) = v
+            .pointer_mut("/metadata/managedFields")
+            .and_then(Value::as_array_mut)
+        {
+            for entry in entries {
+                if let Some(entry) = entry.as_object_mut() {
+                    entry.remove("time");
+                }
+            }
+        }
+        v
+    };
+    strip(a) == strip(b)
 }
