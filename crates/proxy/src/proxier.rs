@@ -117,6 +117,25 @@ impl Proxier {
         }
     }
 
+    /// Forgets the Services not in `names`, and every slice (the caller
+    /// gives them all again): what a relist after missed changes needs.
+    pub fn forget_all_but(&mut self, names: &BTreeSet<ServiceName>) {
+        let gone: Vec<ServiceName> = self
+            .services
+            .keys()
+            .filter(|n| !names.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.service(name, None);
+        }
+        let services: Vec<ServiceName> = self.slices.keys().cloned().collect();
+        self.slices.clear();
+        for service in services {
+            self.mark(service);
+        }
+    }
+
     /// An EndpointSlice deleted.
     pub fn slice_deleted(&mut self, slice: &EndpointSlice) {
         let Some(service) = model::slice_service(slice) else {
@@ -315,8 +334,13 @@ pub async fn run(
         }),
     };
     let mut proxier = Proxier::new(config, here(&nodes.store()));
+    // Everything the informers hold, and nothing they no longer do (after
+    // missed changes, a deletion may be among them).
     let load_all = |proxier: &mut Proxier| {
-        for service in services.store().list() {
+        let listed = services.store().list();
+        let names: BTreeSet<ServiceName> = listed.iter().map(|s| name_of(s)).collect();
+        proxier.forget_all_but(&names);
+        for service in listed {
             proxier.service(name_of(&service), Some(&service));
         }
         for slice in slices.store().list() {
@@ -448,4 +472,45 @@ fn try_next<K: Send + Sync + 'static>(
 ) -> Option<Change<K>> {
     use futures::FutureExt;
     subscription.next().now_or_never().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn service(name: &str, ip: &str) -> ApiService {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "ns", "name": name},
+            "spec": {"clusterIP": ip, "ports": [{"port": 80}]}
+        }))
+        .expect("a Service")
+    }
+
+    #[test]
+    fn a_relist_forgets_what_was_deleted_while_changes_were_missed() {
+        let mut proxier = Proxier::new(crate::testing::config(), crate::testing::here());
+        proxier.service(
+            ServiceName::new("ns", "a"),
+            Some(&service("a", "10.43.0.1")),
+        );
+        proxier.service(
+            ServiceName::new("ns", "b"),
+            Some(&service("b", "10.43.0.2")),
+        );
+        let first = proxier.next_transaction(CHUNK).expect("a transaction");
+        assert!(first.contains("10.43.0.2"), "{first}");
+        // "b" was deleted while changes were missed: the relist lacks it.
+        proxier.forget_all_but(&[ServiceName::new("ns", "a")].into());
+        proxier.service(
+            ServiceName::new("ns", "a"),
+            Some(&service("a", "10.43.0.1")),
+        );
+        let next = proxier.next_transaction(CHUNK).expect("b goes");
+        assert!(
+            next.contains("delete element ip rudder-proxy cluster-ips { 10.43.0.2 }"),
+            "{next}"
+        );
+        assert_eq!(proxier.programmed(), 1);
+    }
 }
