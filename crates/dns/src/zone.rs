@@ -37,33 +37,18 @@ pub const SCHEMA_VERSION: &str = "1.1.0";
 /// CoreDNS's default record TTL (its `kubernetes` plugin's `ttl`).
 pub const DEFAULT_TTL: u32 = 5;
 
-/// A transport protocol of a port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
+/// A transport protocol of a port (the node's one type, shared with the
+/// service proxy).
+pub use rudder_host::tables::Protocol;
 
-impl Protocol {
-    /// The API's name; TCP when unset.
-    fn parse(api: Option<&str>) -> Option<Protocol> {
-        match api.unwrap_or("TCP") {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-
-    /// The label in SRV names (`_tcp`), without the underscore.
-    pub fn label(self) -> &'static [u8] {
-        match self {
-            Protocol::Tcp => b"tcp",
-            Protocol::Udp => b"udp",
-            Protocol::Sctp => b"sctp",
-        }
-    }
+/// A port of a Service or a slice, as the zone keeps it; `None` for an
+/// unknown protocol or a number out of range.
+fn port(name: Option<&str>, protocol: Option<&str>, number: i32) -> Option<Port> {
+    Some(Port {
+        name: name.unwrap_or_default().to_ascii_lowercase().into(),
+        protocol: Protocol::parse(protocol)?,
+        port: u16::try_from(number).ok()?,
+    })
 }
 
 /// A named (or unnamed: "") port, name in lowercase.
@@ -511,18 +496,7 @@ fn parse_service(service: &core::Service) -> Option<Service> {
         .ports
         .iter()
         .flatten()
-        .filter_map(|p| {
-            Some(Port {
-                name: p
-                    .name
-                    .as_deref()
-                    .unwrap_or_default()
-                    .to_ascii_lowercase()
-                    .into(),
-                protocol: Protocol::parse(p.protocol.as_deref())?,
-                port: u16::try_from(p.port).ok()?,
-            })
-        })
+        .filter_map(|p| port(p.name.as_deref(), p.protocol.as_deref(), p.port))
         .collect();
     Some(Service { kind, ports })
 }
@@ -561,18 +535,7 @@ fn parse_slice(slice: &EndpointSlice, name: &str) -> Slice {
         .ports
         .iter()
         .flatten()
-        .filter_map(|p| {
-            Some(Port {
-                name: p
-                    .name
-                    .as_deref()
-                    .unwrap_or_default()
-                    .to_ascii_lowercase()
-                    .into(),
-                protocol: Protocol::parse(p.protocol.as_deref())?,
-                port: u16::try_from(p.port?).ok()?,
-            })
-        })
+        .filter_map(|p| port(p.name.as_deref(), p.protocol.as_deref(), p.port?))
         .collect();
     Slice {
         name: name.into(),

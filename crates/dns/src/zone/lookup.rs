@@ -262,7 +262,10 @@ impl Zone {
         }
         // `_tcp.<svc>…` above an SRV name exists, empty.
         if let Some(proto) = label.strip_prefix(b"_")
-            && service.ports.iter().any(|p| p.protocol.label() == proto)
+            && service
+                .ports
+                .iter()
+                .any(|p| p.protocol.as_str().as_bytes() == proto)
         {
             return self.nodata(q, skip);
         }
@@ -306,7 +309,7 @@ impl Zone {
         let ports: Vec<Port> = service
             .ports
             .iter()
-            .filter(|p| p.name.as_bytes() == port && p.protocol.label() == proto)
+            .filter(|p| p.name.as_bytes() == port && p.protocol.as_str().as_bytes() == proto)
             .cloned()
             .collect();
         if ports.is_empty() || matches!(service.kind, Kind::ExternalName(_)) {
