@@ -1,8 +1,7 @@
 //! The built-in resources, as upstream 1.33 serves them: short names,
 //! categories, verbs and subresources as its discovery documents list them,
 //! and each kind's [strategy](crate::strategy) — but only the subresources
-//! rudder serves (`pods/ephemeralcontainers`, `pods/resize`, `nodes/proxy`
-//! and `services/proxy` join when their components do).
+//! rudder serves (`pods/resize` joins when its component does).
 
 use std::borrow::Cow;
 
@@ -45,6 +44,7 @@ const SCALE: Subresource = sub("scale", "autoscaling", "v1", "Scale", GET_PATCH_
 const POD_SUBRESOURCES: &[Subresource] = &[
     sub("attach", "", "v1", "PodAttachOptions", &["create", "get"]),
     sub("binding", "", "v1", "Binding", CREATE),
+    sub("ephemeralcontainers", "", "v1", "Pod", GET_PATCH_UPDATE),
     sub("eviction", "policy", "v1", "Eviction", CREATE),
     sub("exec", "", "v1", "PodExecOptions", &["create", "get"]),
     sub("log", "", "v1", "Pod", &["get"]),
@@ -111,7 +111,10 @@ pub fn resources() -> Vec<ResourceDef> {
         },
         core::v1::Node {
             short_names: &["no"],
-            subresources: &[status("", "v1", "Node")],
+            subresources: &[
+                sub("proxy", "", "v1", "NodeProxyOptions", PROXY_VERBS),
+                status("", "v1", "Node"),
+            ],
             strategy: &strategy::NODE,
         },
         core::v1::PersistentVolumeClaim {
@@ -161,7 +164,10 @@ pub fn resources() -> Vec<ResourceDef> {
         core::v1::Service {
             short_names: &["svc"],
             categories: &["all"],
-            subresources: &[status("", "v1", "Service")],
+            subresources: &[
+                sub("proxy", "", "v1", "ServiceProxyOptions", PROXY_VERBS),
+                status("", "v1", "Service"),
+            ],
             strategy: &strategy::SERVICE,
         },
         // apps/v1

@@ -446,7 +446,8 @@ fn pod_spec(spec: &mut Value) {
             }
         }
     }
-    for list in ["containers", "initContainers"] {
+    // Ephemeral containers too (`SetDefaults_EphemeralContainer`).
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
         if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for container in containers {
                 container_defaults(container);

@@ -246,7 +246,11 @@ pub fn prepare_create_admitted(
     // `PrepareForCreate` (a pod's QoS class counts LimitRanger's defaults).
     crate::defaults::on_create(def, object);
     go_shape(def, object);
-    validate_change(def, object, None, Vec::new())
+    let mut causes = Vec::new();
+    if def.custom.is_none() {
+        (def.strategy.validate_create)(object, &mut causes);
+    }
+    validate_change(def, object, None, causes)
 }
 
 /// What decoding into upstream's Go types does to a built-in object: base64
@@ -320,6 +324,10 @@ pub enum Part {
     /// `namespaces/<name>/finalize`: the main resource with what the
     /// main endpoint keeps (a Namespace's `spec.finalizers`) writable.
     Finalize,
+    /// `pods/<name>/ephemeralcontainers`: a Pod's
+    /// `spec.ephemeralContainers` alone (upstream's
+    /// `podEphemeralContainersStrategy`).
+    EphemeralContainers,
 }
 
 /// Prepares an update of `old` to `new`: identity and server-set metadata
@@ -448,6 +456,7 @@ pub fn prepare_update(
             }
             *new = kept;
         }
+        Part::EphemeralContainers => keep_all_but_ephemeral_containers(new, old),
     }
     // "Changed?" is decided on the defaulted object, as upstream decodes and
     // defaults a request before its strategy compares specs: a field the
@@ -474,11 +483,23 @@ pub fn prepare_update(
     let via = match part {
         Part::Main | Part::Finalize => Some(Via::Main),
         Part::Binding => Some(Via::Binding),
+        Part::EphemeralContainers => Some(Via::EphemeralContainers),
         Part::Status => None,
     };
     let mut changes = via.map_or_else(Vec::new, |via| crate::update::validate(def, new, old, via));
     changes.extend(new_finalizers_of_a_deleted_object(new, old));
     validate_change(def, new, Some(old), changes)
+}
+
+/// What `pods/<name>/ephemeralcontainers` writes (upstream's
+/// `dropNonEphemeralContainerUpdates`): the stored pod with the update's
+/// `spec.ephemeralContainers`; its metadata the stored one's
+/// (`ResetObjectMetaForStatus`) but for the request's managed fields.
+fn keep_all_but_ephemeral_containers(new: &mut Value, old: &Value) {
+    let mut kept = old.clone();
+    copy_pointer(&mut kept, new, "/spec/ephemeralContainers");
+    copy_pointer(&mut kept, new, "/metadata/managedFields");
+    *new = kept;
 }
 
 /// Upstream's rule that an object being deleted takes no new finalizers
@@ -727,6 +748,60 @@ mod tests {
         changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("2");
         let refused = prepare_update(def, &mut changed, &old, Part::Main).expect_err("spec change");
         assert_eq!(refused.code, 422);
+    }
+
+    #[test]
+    fn the_ephemeral_containers_subresource_writes_those_alone() {
+        let registry = Registry::builtin();
+        let def = registry.get("", "v1", "pods").expect("def");
+        let mut old = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "i:1"}]},
+            "status": {"phase": "Running"}});
+        prepare_create(def, &mut old, Some("default"), &stamp()).expect("valid");
+        old["status"] = json!({"phase": "Running"});
+        let debug = json!({"name": "debug", "image": "busybox:1", "targetContainerName": "app"});
+
+        // What comes with them is the stored pod's: image, labels, status.
+        let mut new = old.clone();
+        new["spec"]["ephemeralContainers"] = json!([debug]);
+        new["spec"]["containers"][0]["image"] = json!("i:2");
+        new["metadata"]["labels"] = json!({"app": "other"});
+        new["status"] = json!({"phase": "Failed"});
+        prepare_update(def, &mut new, &old, Part::EphemeralContainers).expect("valid");
+        assert_eq!(new["spec"]["ephemeralContainers"][0]["name"], "debug");
+        assert_eq!(
+            new["spec"]["ephemeralContainers"][0]["terminationMessagePolicy"], "File",
+            "defaulted as a container"
+        );
+        assert_eq!(new["spec"]["containers"][0]["image"], "i:1");
+        assert_eq!(new["metadata"]["labels"], json!({"app": "web"}));
+        assert_eq!(new["status"]["phase"], "Running");
+        assert_eq!(new["metadata"]["generation"], 2);
+
+        // Validated as upstream: the target must be a container.
+        let mut stray = old.clone();
+        stray["spec"]["ephemeralContainers"] =
+            json!([{"name": "debug", "image": "busybox:1", "targetContainerName": "nope"}]);
+        let refused = prepare_update(def, &mut stray, &old, Part::EphemeralContainers)
+            .expect_err("no such target");
+        assert_eq!(refused.code, 422);
+        assert_eq!(
+            refused.causes[0].field,
+            "spec.ephemeralContainers[0].targetContainerName"
+        );
+
+        // And never on create.
+        let mut created = json!({"metadata": {"name": "q"},
+            "spec": {"containers": [{"name": "app", "image": "i"}],
+                     "ephemeralContainers": [{"name": "debug", "image": "busybox:1"}]}});
+        let refused =
+            prepare_create(def, &mut created, Some("default"), &stamp()).expect_err("create");
+        assert_eq!(refused.causes[0].field, "spec.ephemeralContainers");
+        assert_eq!(
+            refused.causes[0].message,
+            "Forbidden: cannot be set on create"
+        );
     }
 
     #[test]

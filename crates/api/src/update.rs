@@ -16,12 +16,14 @@ use crate::status::Cause;
 
 const IMMUTABLE: &str = "field is immutable";
 
-/// Where an update comes from: the main resource, or `pods/binding`, which
-/// alone may set a Pod's `spec.nodeName`.
+/// Where an update comes from: the main resource, `pods/binding`, which
+/// alone may set a Pod's `spec.nodeName`, or `pods/ephemeralcontainers`,
+/// which alone may add to a Pod's `spec.ephemeralContainers`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
     Main,
     Binding,
+    EphemeralContainers,
 }
 
 /// One kind's update rules: they push to the causes what `new` may not
@@ -35,9 +37,15 @@ pub type Rules = fn(&mut Causes<'_>);
 /// what an older version wrote does not count as a change — worked out only
 /// for kinds with rules. `pods/binding` is not an update of the object
 /// (upstream's `BindingREST` sets `spec.nodeName` without `ValidatePodUpdate`),
-/// so no rules apply through it.
+/// so no rules apply through it; `pods/ephemeralcontainers` has its own
+/// ([`pod_ephemeral_containers`]).
 pub fn validate(def: &ResourceDef, new: &mut Value, old: &Value, via: Via) -> Vec<Cause> {
-    let Some(rules) = def.strategy.update_rules.filter(|_| via == Via::Main) else {
+    let rules = match via {
+        Via::Main => def.strategy.update_rules,
+        Via::Binding => None,
+        Via::EphemeralContainers => Some(pod_ephemeral_containers as Rules),
+    };
+    let Some(rules) = rules else {
         return Vec::new();
     };
     let mut stored = old.clone();
@@ -256,6 +264,48 @@ pub(crate) fn pod(c: &mut Causes<'_>) {
             "spec",
             "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
         ));
+    }
+}
+
+/// The annotation of a static pod's mirror in the API.
+const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// An update through `pods/ephemeralcontainers` (upstream's
+/// `ValidatePodEphemeralContainersUpdate`): a static pod's mirror takes
+/// none, and the ephemeral containers it has may be neither removed nor
+/// changed — matched by name, since a patch keeps no order. Upstream
+/// follows "may not be changed" with a diff of the two; the line ends
+/// here.
+pub(crate) fn pod_ephemeral_containers(c: &mut Causes<'_>) {
+    if c.old_value("/metadata/annotations")
+        .get(MIRROR_POD_ANNOTATION)
+        .is_some()
+    {
+        c.0.push(Cause::forbidden(
+            "[]",
+            "static pods do not support ephemeral containers",
+        ));
+        return;
+    }
+    let list = |v: &Value| -> Vec<Value> { v.as_array().cloned().unwrap_or_default() };
+    let (old, new) = (
+        list(c.old_value("/spec/ephemeralContainers")),
+        list(c.new_value("/spec/ephemeralContainers")),
+    );
+    let field = "spec.ephemeralContainers";
+    for before in &old {
+        let name = before["name"].as_str().unwrap_or_default();
+        match new.iter().find(|after| after["name"] == before["name"]) {
+            None => c.0.push(Cause::forbidden(
+                field,
+                &format!("existing ephemeral containers {name:?} may not be removed\n"),
+            )),
+            Some(after) if after != before => c.0.push(Cause::forbidden(
+                field,
+                &format!("existing ephemeral containers {name:?} may not be changed\n"),
+            )),
+            Some(_) => {}
+        }
     }
 }
 

@@ -68,6 +68,28 @@ impl KubeletClient {
         }
     }
 
+    /// A TLS connection to the agent at `host:port`, its certificate
+    /// verified and the API server's presented. The error is Go's way of
+    /// saying it (`dial tcp …: connect: connection refused`).
+    pub async fn dial(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+        let authority = authority(host, port);
+        let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
+            .await
+            .map_err(|_| format!("dial tcp {authority}: i/o timeout"))?
+            .map_err(|e| format!("dial tcp {authority}: connect: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let name = ServerName::try_from(host.to_string())
+            .map_err(|e| format!("invalid host {host:?}: {e}"))?;
+        self.tls
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("tls: {e}"))
+    }
+
     /// `GET https://host:port/path_and_query`: the agent's response, its
     /// body streaming as the agent writes it. The connection ends when
     /// the body is read or dropped. The error is Go's way of saying it
@@ -78,25 +100,10 @@ impl KubeletClient {
         port: u16,
         path_and_query: &str,
     ) -> Result<hyper::Response<Incoming>, String> {
-        let authority = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
+        let authority = authority(host, port);
         let url = format!("https://{authority}{path_and_query}");
         let failed = |what: String| format!("Get {url:?}: {what}");
-        let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
-            .await
-            .map_err(|_| failed(format!("dial tcp {authority}: i/o timeout")))?
-            .map_err(|e| failed(format!("dial tcp {authority}: connect: {e}")))?;
-        let _ = tcp.set_nodelay(true);
-        let name = ServerName::try_from(host.to_string())
-            .map_err(|e| failed(format!("invalid host {host:?}: {e}")))?;
-        let stream = self
-            .tls
-            .connect(name, tcp)
-            .await
-            .map_err(|e| failed(format!("tls: {e}")))?;
+        let stream = self.dial(host, port).await.map_err(failed)?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| failed(e.to_string()))?;
@@ -114,6 +121,15 @@ impl KubeletClient {
             .send_request(request)
             .await
             .map_err(|e| failed(e.to_string()))
+    }
+}
+
+/// `host:port`, an IPv6 host in brackets.
+pub fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 

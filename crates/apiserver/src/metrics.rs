@@ -68,7 +68,8 @@ impl Histogram {
 pub struct Metrics {
     requests: Mutex<BTreeMap<(String, String, u16), u64>>,
     latencies: Mutex<BTreeMap<(String, String), Histogram>>,
-    watches: Mutex<BTreeMap<String, i64>>,
+    /// Long-running requests now: by verb, and resource labels.
+    watches: Mutex<BTreeMap<(&'static str, String), i64>>,
     store: Mutex<BTreeMap<(String, String), Histogram>>,
     rejected: AtomicU64,
     delivery: Mutex<Histogram>,
@@ -94,10 +95,25 @@ impl Metrics {
 
     /// A watch started; the guard counts it until dropped.
     pub fn watch(self: &std::sync::Arc<Self>, resource: &str) -> WatchGuard {
-        *lock(&self.watches).entry(resource.to_string()).or_default() += 1;
+        self.long_running("WATCH", format!("resource=\"{resource}\""))
+    }
+
+    /// A stream into a pod started (exec, attach, port-forward: verb
+    /// `CONNECT`); the guard counts it until dropped.
+    pub fn stream(self: &std::sync::Arc<Self>, resource: &str, subresource: &str) -> WatchGuard {
+        self.long_running(
+            "CONNECT",
+            format!("resource=\"{resource}\",subresource=\"{subresource}\""),
+        )
+    }
+
+    fn long_running(self: &std::sync::Arc<Self>, verb: &'static str, labels: String) -> WatchGuard {
+        *lock(&self.watches)
+            .entry((verb, labels.clone()))
+            .or_default() += 1;
         WatchGuard {
             metrics: self.clone(),
-            resource: resource.to_string(),
+            key: (verb, labels),
         }
     }
 
@@ -151,11 +167,11 @@ impl Metrics {
                 &format!("verb=\"{verb}\",resource=\"{resource}\""),
             );
         }
-        out.push_str("# HELP apiserver_longrunning_requests Gauge of all active long-running apiserver requests (watches) by resource.\n# TYPE apiserver_longrunning_requests gauge\n");
-        for (resource, n) in lock(&self.watches).iter() {
+        out.push_str("# HELP apiserver_longrunning_requests Gauge of all active long-running apiserver requests (watches, streams) by verb and resource.\n# TYPE apiserver_longrunning_requests gauge\n");
+        for ((verb, labels), n) in lock(&self.watches).iter() {
             let _ = writeln!(
                 out,
-                "apiserver_longrunning_requests{{verb=\"WATCH\",resource=\"{resource}\"}} {n}"
+                "apiserver_longrunning_requests{{verb=\"{verb}\",{labels}}} {n}"
             );
         }
         out.push_str("# HELP apiserver_current_inflight_requests Requests being served now (watches excluded).\n# TYPE apiserver_current_inflight_requests gauge\n");
@@ -180,17 +196,17 @@ impl Metrics {
     }
 }
 
-/// Counts one watch while it lives.
+/// Counts one long-running request (a watch, a stream) while it lives.
 #[derive(Debug)]
 pub struct WatchGuard {
     metrics: std::sync::Arc<Metrics>,
-    resource: String,
+    key: (&'static str, String),
 }
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
         *lock(&self.metrics.watches)
-            .entry(self.resource.clone())
+            .entry(self.key.clone())
             .or_default() -= 1;
     }
 }

@@ -58,7 +58,10 @@ pub fn parse(registry: &Registry, path: &str) -> Option<Result<ResourcePath, Sta
     };
     let name = rest.get(1).map(|s| s.to_string());
     let subresource = rest.get(2).map(|s| s.to_string());
-    if rest.len() > 3 || rest.iter().any(|s| s.is_empty()) {
+    // A proxy subresource carries the path to proxy after it
+    // (`pods/p/proxy/some/path`), read from the request's own path.
+    let proxied = subresource.as_deref() == Some("proxy");
+    if (rest.len() > 3 && !proxied) || rest.iter().take(3).any(|s| s.is_empty()) {
         return not_found();
     }
     if let Some(sub) = &subresource

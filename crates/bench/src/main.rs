@@ -19,6 +19,7 @@ mod report;
 mod scheduler;
 mod services;
 mod store;
+mod streams;
 
 use clap::{Parser, Subcommand};
 
@@ -101,6 +102,10 @@ enum Scenario {
     /// up by the agent's code, then direct CRI calls); the server's memory
     /// and idle CPU with 100 pods. Needs root.
     Node(Options),
+    /// exec and port-forward into a pod through the API server and the
+    /// agent, beside the same exec straight at the runtime's streaming
+    /// server and the same copy straight to the pod's address. Needs root.
+    Streams(Options),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -130,6 +135,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Scheduler(options) => (runtime.block_on(scheduler::run(&options))?, options),
         Scenario::Node(options) => (runtime.block_on(node::run(&options))?, options),
         Scenario::Services(options) => (runtime.block_on(services::run(&options))?, options),
+        Scenario::Streams(options) => (runtime.block_on(streams::run(&options))?, options),
         Scenario::ConnectProbe { target, count } => return services::connect_probe(target, count),
         Scenario::TcpSink { port } => return services::tcp_sink(port),
         Scenario::DnsServe {

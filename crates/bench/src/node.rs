@@ -69,17 +69,17 @@ const P99_SAMPLES: usize = 100;
 /// with the server's join token, each a process of its own so that each
 /// one's memory and CPU are its own; torn down on drop (SIGTERM, then
 /// `rudder killall` of everything the agent made).
-struct Cluster {
+pub(crate) struct Cluster {
     binary: PathBuf,
     server: Option<Child>,
     agent: Option<Child>,
     /// The agent's data dir.
     node_data: PathBuf,
-    kubeconfig: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
 }
 
 impl Cluster {
-    fn start(binary: &Path, dir: &Path) -> anyhow::Result<Cluster> {
+    pub(crate) fn start(binary: &Path, dir: &Path) -> anyhow::Result<Cluster> {
         let data = dir.join("server");
         let node_data = dir.join("node");
         let images = node_data.join("agent/images");
@@ -158,7 +158,7 @@ impl Cluster {
         self.agent.as_ref().map_or(0, Child::id)
     }
 
-    fn layout(&self) -> rudder_kubelet::containerd::Layout {
+    pub(crate) fn layout(&self) -> rudder_kubelet::containerd::Layout {
         rudder_kubelet::agent::Options::new(NODE, self.node_data.clone()).layout()
     }
 
@@ -469,7 +469,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-async fn node_ready(client: &kube::Client) -> anyhow::Result<()> {
+pub(crate) async fn node_ready(client: &kube::Client) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     until("the node to be Ready", Duration::from_secs(180), || async {
         let Some(node) = nodes.get_opt(NODE).await? else {

@@ -54,6 +54,10 @@ pub struct Options {
     /// Its serving certificate and the CA of its clients; without them
     /// the agent serves nothing (and `kubectl logs` cannot reach it).
     pub serving_tls: Option<crate::server::ServingTls>,
+    /// A stream into a pod on which nothing moves this long is closed
+    /// (`--streaming-connection-idle-timeout`; also the managed
+    /// containerd's `stream_idle_timeout`).
+    pub streaming_idle_timeout: std::time::Duration,
     /// The machine: every route, sysctl and nftables change goes through
     /// it.
     pub host: Arc<dyn Host>,
@@ -86,6 +90,7 @@ impl Options {
             eviction_nodefs_percent: 10,
             kubelet_port: 10250,
             serving_tls: None,
+            streaming_idle_timeout: crate::server::DEFAULT_IDLE_TIMEOUT,
             host: Arc::new(rudder_host::System),
             cluster_dns: vec![rudder_api::network::CLUSTER_DNS],
             cluster_domain: rudder_api::network::CLUSTER_DOMAIN.into(),
@@ -107,6 +112,7 @@ impl Options {
             cni_bin_dir: self.cni_bin_dir.clone(),
             cni_conf_dir: self.agent_dir().join("cni/net.d"),
             sandbox_image: crate::images::PAUSE_IMAGE.into(),
+            stream_idle_timeout: self.streaming_idle_timeout,
         }
     }
 }
@@ -300,6 +306,10 @@ async fn run_with(
                 ))
                 .store(),
             runtime: shared.runtime.clone(),
+            streaming: crate::server::Streaming {
+                idle_timeout: options.streaming_idle_timeout,
+                stop: stop.clone(),
+            },
         };
         tasks.spawn(crate::server::serve(listener, config, node, stop.clone()));
     }

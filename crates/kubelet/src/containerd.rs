@@ -22,6 +22,9 @@ pub struct Layout {
     /// Where the agent writes its CNI conflist.
     pub cni_conf_dir: PathBuf,
     pub sandbox_image: String,
+    /// How long a silent stream (exec, attach, port-forward) stays open
+    /// on the runtime's streaming server.
+    pub stream_idle_timeout: Duration,
 }
 
 impl Layout {
@@ -65,6 +68,7 @@ state = "{dir}/state"
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+  stream_idle_timeout = "{idle}s"
   enable_cdi = false
   netns_mounts_under_state_dir = true
 
@@ -86,6 +90,7 @@ state = "{dir}/state"
             sandbox = self.sandbox_image,
             bin = self.cni_bin_dir.display(),
             conf = self.cni_conf_dir.display(),
+            idle = self.stream_idle_timeout.as_secs().max(1),
         )
     }
 }
@@ -348,6 +353,7 @@ mod tests {
             cni_bin_dir: "/usr/lib/cni".into(),
             cni_conf_dir: "/d/agent/cni".into(),
             sandbox_image: "rudder.local/pause:1".into(),
+            stream_idle_timeout: Duration::from_secs(4 * 3600),
         };
         let config = layout.config();
         for line in [

@@ -47,6 +47,9 @@ struct State {
     /// What `status` answers instead of both conditions true: conditions,
     /// or `None` for a runtime that does not answer.
     status: Option<Option<Vec<cri::RuntimeCondition>>>,
+    /// Where the streaming URLs point (`http://host:port`); nothing by
+    /// default.
+    streaming: Option<String>,
 }
 
 /// An in-memory CRI runtime.
@@ -133,6 +136,25 @@ impl FakeRuntime {
 
     fn record(&self, call: String) {
         self.state().calls.push(call);
+    }
+
+    /// A streaming URL for a running container, as a runtime hands one
+    /// out (nothing serves it: the fake has no streaming server).
+    fn streaming_url(&self, call: &'static str, id: &str, kind: &str) -> Result<String> {
+        let state = self.state();
+        let base = state.streaming.as_deref().unwrap_or("http://127.0.0.1:0");
+        match state.containers.get(id) {
+            Some(c) if c.listed.state == ContainerState::ContainerRunning => {
+                Ok(format!("{base}/{kind}/{id}"))
+            }
+            _ => Err(not_found(call, id)),
+        }
+    }
+
+    /// Makes the streaming URLs point at `base` (`http://127.0.0.1:port`),
+    /// a test's stand-in for the runtime's streaming server.
+    pub fn serve_streams_at(&self, base: &str) {
+        self.state().streaming = Some(base.to_string());
     }
 }
 
@@ -379,6 +401,30 @@ impl Runtime for FakeRuntime {
             }),
             _ => Err(not_found("ExecSync", id)),
         }
+    }
+
+    async fn exec(&self, request: crate::cri::v1::ExecRequest) -> Result<String> {
+        self.record(format!(
+            "Exec {} {}",
+            request.container_id,
+            request.cmd.join(" ")
+        ));
+        self.streaming_url("Exec", &request.container_id, "exec")
+    }
+
+    async fn attach(&self, request: crate::cri::v1::AttachRequest) -> Result<String> {
+        self.record(format!("Attach {}", request.container_id));
+        self.streaming_url("Attach", &request.container_id, "attach")
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String> {
+        self.record(format!("PortForward {sandbox_id} {ports:?}"));
+        if !self.state().sandboxes.contains_key(sandbox_id) {
+            return Err(not_found("PortForward", sandbox_id));
+        }
+        let base = self.state().streaming.clone();
+        let base = base.as_deref().unwrap_or("http://127.0.0.1:0");
+        Ok(format!("{base}/portforward/{sandbox_id}"))
     }
 
     async fn reopen_container_log(&self, id: &str) -> Result<()> {

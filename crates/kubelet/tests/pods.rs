@@ -577,3 +577,83 @@ async fn the_projected_token_is_a_token_bound_to_the_pod() {
     );
     node.stop().await;
 }
+
+#[tokio::test]
+async fn an_ephemeral_container_joins_its_target_and_is_never_restarted() {
+    use kube::api::{Patch, PatchParams};
+    use rudder_kubelet::cri::v1::NamespaceMode;
+    let node = Node::start().await;
+    node.create(
+        "debugged",
+        "Always",
+        json!([{"name": "app", "image": IMAGE}]),
+    )
+    .await;
+    node.status_of("debugged", |p| phase(p) == "Running").await;
+    let app = node.runtime.running("app").remove(0).id;
+    // What kubectl debug -it --target=app sends.
+    let patch = json!({"spec": {"ephemeralContainers": [{
+        "name": "debugger", "image": IMAGE, "targetContainerName": "app",
+        "command": ["sh"], "stdin": true, "tty": true, "terminationMessagePolicy": "File"
+    }]}});
+    node.pods()
+        .patch_ephemeral_containers(
+            "debugged",
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await
+        .expect("add the ephemeral container");
+    let ephemeral = |p: &Pod| -> serde_json::Value {
+        let statuses = p
+            .status
+            .clone()
+            .and_then(|s| s.ephemeral_container_statuses);
+        match statuses.unwrap_or_default().first() {
+            Some(first) => serde_json::to_value(first).expect("json"),
+            None => serde_json::Value::Null,
+        }
+    };
+    let pod = node
+        .status_of("debugged", |p| ephemeral(p)["state"]["running"].is_object())
+        .await;
+    let status = ephemeral(&pod);
+    assert_eq!(status["name"], "debugger");
+    assert_eq!(status["ready"], false);
+    let debugger = node.runtime.running("debugger").remove(0).id;
+    assert_eq!(status["containerID"], format!("fake://{debugger}"));
+    let config = node.runtime.config_of(&debugger).expect("config");
+    assert_eq!(config.command, ["sh"]);
+    assert!(config.stdin && config.tty, "attachable");
+    let namespaces = config
+        .linux
+        .and_then(|l| l.security_context)
+        .and_then(|s| s.namespace_options)
+        .expect("namespace options");
+    assert_eq!(namespaces.pid, NamespaceMode::Target as i32);
+    assert_eq!(namespaces.target_id, app);
+    assert_eq!(phase(&pod), "Running");
+    assert!(
+        rudder_runtime::meta::pod::is_ready(&pod),
+        "no say in readiness"
+    );
+
+    // Once it exits it stays exited, whatever the pod's restart policy.
+    node.runtime.exit(&debugger, 0);
+    let pod = node
+        .status_of("debugged", |p| {
+            ephemeral(p)["state"]["terminated"]["reason"] == "Completed"
+        })
+        .await;
+    assert_eq!(ephemeral(&pod)["restartCount"], 0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(node.runtime.running("debugger").is_empty());
+    let created = node
+        .runtime
+        .calls()
+        .iter()
+        .filter(|c| *c == "CreateContainer debugger")
+        .count();
+    assert_eq!(created, 1, "never started again");
+    node.stop().await;
+}

@@ -68,6 +68,11 @@ pub struct NodeArgs {
     /// resolvers is replaced by systemd-resolved's upstream list.
     #[arg(long, default_value = "/etc/resolv.conf")]
     pub resolv_conf: PathBuf,
+
+    /// A stream into a pod (exec, attach, port-forward) on which nothing
+    /// moves this long is closed, as upstream's kubelet flag.
+    #[arg(long, default_value = "4h", value_parser = crate::server::parse_duration)]
+    pub streaming_connection_idle_timeout: std::time::Duration,
 }
 
 impl NodeArgs {
@@ -94,6 +99,7 @@ impl NodeArgs {
         options.cluster_dns = vec![self.cluster_dns];
         options.cluster_domain = self.cluster_domain.clone();
         options.resolv_conf = self.resolv_conf.clone();
+        options.streaming_idle_timeout = self.streaming_connection_idle_timeout;
         options.bridge = self.cni_bridge.clone();
         options.nftables_table = self.cni_bridge.clone();
         options.cluster_cidr = cluster_cidr

@@ -36,11 +36,13 @@ pub enum ImagesCommand {
 }
 
 /// The applets the busybox image links (what tests and examples run).
+/// `tar` is what `kubectl cp` runs; `stty` what a terminal's size shows.
 const APPLETS: &[&str] = &[
-    "ash", "cat", "chmod", "cp", "cut", "date", "dd", "df", "du", "echo", "env", "false", "find",
-    "grep", "head", "hostname", "httpd", "id", "ip", "kill", "ln", "ls", "mkdir", "mv", "nc",
-    "nslookup", "ping", "printf", "ps", "rm", "sed", "seq", "sh", "sleep", "sort", "stat", "tail",
-    "tee", "test", "touch", "tr", "true", "uname", "wc", "wget", "whoami", "xargs", "yes",
+    "ash", "cat", "chmod", "cmp", "cp", "cut", "date", "dd", "df", "du", "echo", "env", "false",
+    "find", "grep", "head", "hostname", "httpd", "id", "ip", "kill", "ln", "ls", "md5sum", "mkdir",
+    "mv", "nc", "nslookup", "ping", "printf", "ps", "rm", "sed", "seq", "sh", "sleep", "sort",
+    "stat", "stty", "tail", "tar", "tee", "test", "timeout", "touch", "tr", "true", "tty", "uname",
+    "wc", "wget", "whoami", "xargs", "yes",
 ];
 
 pub async fn run(command: ImagesCommand) -> anyhow::Result<()> {

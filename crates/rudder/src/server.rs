@@ -103,7 +103,7 @@ pub struct ServerArgs {
 
 /// A duration as Go's `time.ParseDuration` reads the flags upstream's take:
 /// numbers each followed by `h`, `m`, `s` or `ms` (`1h30m`).
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let invalid = || format!("invalid duration {text:?}");
     let (mut total, mut rest) = (0f64, text.trim());
     if rest.is_empty() {

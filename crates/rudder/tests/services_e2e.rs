@@ -18,7 +18,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use common::Kubectl;
-use common::node::{Cluster, wait_for};
+use common::node::{Cluster, NodeAddress, wait_for};
 
 const BRIDGE: &str = "rudsvc0";
 const CLUSTER_CIDR: &str = "10.42.224.0/20";
@@ -26,32 +26,6 @@ const IMAGE: &str = "rudder.local/busybox:1";
 /// The node's address: one the test adds to loopback (a node at 127.0.0.1
 /// could carry no load balancer, nor NodePorts).
 const NODE_IP: &str = "10.99.224.1";
-
-/// [`NODE_IP`] on `lo` while the test runs.
-struct NodeAddress;
-
-impl NodeAddress {
-    fn add() -> NodeAddress {
-        let _ = std::process::Command::new("ip")
-            .args(["addr", "del", &format!("{NODE_IP}/32"), "dev", "lo"])
-            .stderr(std::process::Stdio::null())
-            .status();
-        let status = std::process::Command::new("ip")
-            .args(["addr", "add", &format!("{NODE_IP}/32"), "dev", "lo"])
-            .status()
-            .expect("ip runs");
-        assert!(status.success(), "add {NODE_IP} to lo");
-        NodeAddress
-    }
-}
-
-impl Drop for NodeAddress {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["addr", "del", &format!("{NODE_IP}/32"), "dev", "lo"])
-            .status();
-    }
-}
 
 /// GET / from `ip:port` over plain TCP: the body of a 200, or what went
 /// wrong (`refused`, `timeout`, …).
@@ -113,7 +87,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     if !common::require_root("services_e2e") {
         return;
     }
-    let _address = NodeAddress::add();
+    let _address = NodeAddress::add(NODE_IP);
     let mut cluster = Cluster::start_with_node_ip(BRIDGE, CLUSTER_CIDR, NODE_IP);
     let kubectl = common::versions().pop().expect("a kubectl").1;
     let k = cluster.kubectl(&kubectl, "default");

@@ -100,6 +100,7 @@ pub static POD: Strategy = Strategy {
     defaults: defaults::pod,
     on_create: defaults::pod_qos_class,
     validate: workloads::pod,
+    validate_create: workloads::pod_create,
     update_rules: Some(update::pod),
     printer: Some(print::pod),
     field_selectors: &[

@@ -39,6 +39,9 @@ pub struct Strategy {
     /// Appends what the kind requires beyond its metadata (upstream's
     /// `ValidateX`).
     pub validate: fn(&Value, &mut Vec<Cause>),
+    /// Appends what only a create may not carry (upstream's
+    /// `ValidateXCreate` beyond `ValidateX`: a Pod's ephemeral containers).
+    pub validate_create: fn(&Value, &mut Vec<Cause>),
     /// What an update through the main resource may not change (upstream's
     /// `ValidateXUpdate`).
     pub update_rules: Option<update::Rules>,
@@ -112,6 +115,7 @@ pub const GENERIC: Strategy = Strategy {
     defaults: nothing,
     on_create: nothing,
     validate: valid,
+    validate_create: valid,
     update_rules: None,
     printer: None,
     field_selectors: &[],

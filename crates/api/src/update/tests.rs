@@ -86,6 +86,86 @@ fn a_pods_spec_is_immutable_but_images_deadlines_and_tolerations() {
 }
 
 #[test]
+fn ephemeral_containers_are_added_never_changed_or_removed() {
+    let debug = json!({"name": "debug", "image": "busybox:1", "stdin": true, "tty": true});
+    let old = pod(json!({"containers": [{"name": "app", "image": "r/a:1"}]}));
+    let mut added = old.clone();
+    added["spec"]["ephemeralContainers"] = json!([debug.clone()]);
+    // Only the subresource adds them; the main resource forbids it.
+    assert_eq!(
+        refused(
+            "",
+            "pods",
+            old.clone(),
+            added.clone(),
+            Via::EphemeralContainers
+        ),
+        vec![]
+    );
+    let through_main = refused("", "pods", old.clone(), added.clone(), Via::Main);
+    assert_eq!(through_main.len(), 1, "{through_main:?}");
+    assert_eq!(through_main[0].0, "spec");
+    assert!(
+        through_main[0]
+            .1
+            .starts_with("Forbidden: pod updates may not change fields other than"),
+        "{through_main:?}"
+    );
+
+    // The same container again, after a second one (a patch keeps no
+    // order), is no change.
+    let stored = added.clone();
+    let mut second = added.clone();
+    second["spec"]["ephemeralContainers"] =
+        json!([{"name": "two", "image": "busybox:1"}, debug.clone()]);
+    assert_eq!(
+        refused("", "pods", stored.clone(), second, Via::EphemeralContainers),
+        vec![]
+    );
+    let mut changed = added.clone();
+    changed["spec"]["ephemeralContainers"][0]["image"] = json!("busybox:2");
+    assert_eq!(
+        refused(
+            "",
+            "pods",
+            stored.clone(),
+            changed,
+            Via::EphemeralContainers
+        ),
+        vec![(
+            "spec.ephemeralContainers".to_string(),
+            "Forbidden: existing ephemeral containers \"debug\" may not be changed\n".to_string()
+        )]
+    );
+    assert_eq!(
+        refused(
+            "",
+            "pods",
+            stored.clone(),
+            old.clone(),
+            Via::EphemeralContainers
+        ),
+        vec![(
+            "spec.ephemeralContainers".to_string(),
+            "Forbidden: existing ephemeral containers \"debug\" may not be removed\n".to_string()
+        )]
+    );
+
+    // A static pod's mirror takes none.
+    let mut mirror = old.clone();
+    mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "abc"});
+    let mut mirror_added = added;
+    mirror_added["metadata"] = mirror["metadata"].clone();
+    assert_eq!(
+        refused("", "pods", mirror, mirror_added, Via::EphemeralContainers),
+        vec![(
+            "[]".to_string(),
+            "Forbidden: static pods do not support ephemeral containers".to_string()
+        )]
+    );
+}
+
+#[test]
 fn workload_selectors_and_statefulset_spec() {
     let deploy = |app: &str| json!({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": app}}, "replicas": 1}});
     let causes = refused("apps", "deployments", deploy("a"), deploy("b"), Via::Main);

@@ -1,7 +1,8 @@
 //! What upstream's `ValidatePodSpec` requires of a pod spec — a Pod's or a
 //! controller's template's: containers with names and images, one source
 //! per volume, mounts of volumes that exist, ports, environment variables,
-//! probes, pull, DNS and restart policies, and requests within limits —
+//! probes, pull, DNS and restart policies, requests within limits, and
+//! ephemeral containers that are debugging tools rather than workload —
 //! with upstream's field paths and words.
 
 use std::collections::HashSet;
@@ -46,6 +47,7 @@ pub fn spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
                 }
                 container(c, &at, &volumes, causes);
             }
+            ephemeral_containers(spec, path, &volumes, causes);
         }
     }
     super::one_of(
@@ -54,6 +56,103 @@ pub fn spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
         &["Always", "OnFailure", "Never"],
         causes,
     );
+}
+
+/// What an ephemeral container may not set (upstream's
+/// `allowedEphemeralContainerFields` is the list of those it may), in the
+/// order of the fields of `EphemeralContainerCommon`.
+const NOT_FOR_EPHEMERAL: &[&str] = &[
+    "ports",
+    "resources",
+    "resizePolicy",
+    "restartPolicy",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+];
+
+const EPHEMERAL_ONLY: &str = "cannot be set for an Ephemeral Container";
+
+/// The spec's ephemeral containers (upstream's `validateEphemeralContainers`
+/// with `validateContainerOnlyForPod`): each a container with a name unique
+/// among all the pod's containers, a `targetContainerName` that names a
+/// container or init container, none of the fields that would make it part
+/// of the workload, and no subPath mounts.
+fn ephemeral_containers(
+    spec: &Value,
+    path: &str,
+    volumes: &HashSet<String>,
+    causes: &mut Vec<Cause>,
+) {
+    let list = spec.get("ephemeralContainers").and_then(Value::as_array);
+    let Some(list) = list.filter(|l| !l.is_empty()) else {
+        return;
+    };
+    let others: HashSet<String> = ["containers", "initContainers"]
+        .into_iter()
+        .filter_map(|l| spec.get(l).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| c.get("name").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect();
+    let mut names = others.clone();
+    for (i, c) in list.iter().enumerate() {
+        let at = format!("{path}.ephemeralContainers[{i}]");
+        unique_name(c, &at, &mut names, causes);
+        match c.get("image").and_then(Value::as_str) {
+            None | Some("") => causes.push(Cause::required(format!("{at}.image"))),
+            Some(image) if image.trim() != image => causes.push(Cause::invalid(
+                format!("{at}.image"),
+                &json!(image),
+                "must not have leading or trailing whitespace",
+            )),
+            Some(_) => {}
+        }
+        container(c, &at, volumes, causes);
+        if let Some(target) = c
+            .get("targetContainerName")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty() && !others.contains(*t))
+        {
+            causes.push(Cause::new(
+                "FieldValueNotFound",
+                format!("{at}.targetContainerName"),
+                format!("Not found: {target:?}"),
+            ));
+        }
+        for field in NOT_FOR_EPHEMERAL {
+            if is_set(c, field) {
+                causes.push(Cause::forbidden(format!("{at}.{field}"), EPHEMERAL_ONLY));
+            }
+        }
+        let mounts = c.get("volumeMounts").and_then(Value::as_array);
+        for (j, mount) in mounts.into_iter().flatten().enumerate() {
+            for field in ["subPath", "subPathExpr"] {
+                if mount
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| !p.is_empty())
+                {
+                    let field = format!("{at}.volumeMounts[{j}].{field}");
+                    causes.push(Cause::forbidden(field, EPHEMERAL_ONLY));
+                }
+            }
+        }
+    }
+}
+
+/// Whether `field` of a container holds what Go would not see as its zero
+/// value: anything but null, and for `resources` (a struct, not a pointer)
+/// a member that is set.
+fn is_set(container: &Value, field: &str) -> bool {
+    match container.get(field) {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(members)) if field == "resources" => {
+            members.values().any(|v| !v.is_null())
+        }
+        Some(_) => true,
+    }
 }
 
 /// The spec's volumes (at `path`.volumes); the names of those declared.
@@ -353,6 +452,79 @@ mod tests {
             .map(|(f, m)| (f.to_string(), m.to_string()))
             .collect();
         assert_eq!(found, expected);
+    }
+
+    fn causes_of(spec_value: Value) -> Vec<(String, String)> {
+        let mut causes = Vec::new();
+        spec(Some(&spec_value), "spec", &mut causes);
+        causes.into_iter().map(|c| (c.field, c.message)).collect()
+    }
+
+    #[test]
+    fn an_ephemeral_container_is_a_tool_not_workload() {
+        let base = json!({
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "initContainers": [{"name": "setup", "image": "i"}],
+            "containers": [{"name": "app", "image": "i"}]
+        });
+        // What kubectl debug sends, defaulted: a struct's empty resources
+        // are no resources.
+        let mut good = base.clone();
+        good["ephemeralContainers"] = json!([{
+            "name": "debugger-x1", "image": "busybox", "targetContainerName": "app",
+            "stdin": true, "tty": true, "terminationMessagePolicy": "File",
+            "resources": {}, "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            "securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}}
+        }]);
+        assert_eq!(causes_of(good), vec![]);
+
+        let mut bad = base;
+        bad["ephemeralContainers"] = json!([
+            {"name": "app", "image": " busybox", "targetContainerName": "setup",
+             "ports": [{"containerPort": 80}], "resources": {"limits": {"cpu": "1"}},
+             "restartPolicy": "Always", "readinessProbe": {"exec": {"command": ["true"]}},
+             "lifecycle": {"preStop": {"exec": {"command": ["true"]}}},
+             "volumeMounts": [{"name": "data", "mountPath": "/d", "subPath": "x"}]},
+            {"name": "debug", "targetContainerName": "debug"},
+            {"name": "debug", "image": "busybox", "ports": []}
+        ]);
+        let forbidden = "Forbidden: cannot be set for an Ephemeral Container";
+        let at = |i: usize, field: &str| format!("spec.ephemeralContainers[{i}].{field}");
+        let expected = vec![
+            (at(0, "name"), r#"Duplicate value: "app""#.to_string()),
+            (
+                at(0, "image"),
+                r#"Invalid value: " busybox": must not have leading or trailing whitespace"#
+                    .to_string(),
+            ),
+            (at(0, "ports"), forbidden.to_string()),
+            (at(0, "resources"), forbidden.to_string()),
+            (at(0, "restartPolicy"), forbidden.to_string()),
+            (at(0, "readinessProbe"), forbidden.to_string()),
+            (at(0, "lifecycle"), forbidden.to_string()),
+            (at(0, "volumeMounts[0].subPath"), forbidden.to_string()),
+            (at(1, "image"), "Required value".to_string()),
+            (
+                at(1, "targetContainerName"),
+                r#"Not found: "debug""#.to_string(),
+            ),
+            (at(2, "name"), r#"Duplicate value: "debug""#.to_string()),
+            (at(2, "ports"), forbidden.to_string()),
+        ];
+        assert_eq!(causes_of(bad), expected);
+    }
+
+    #[test]
+    fn only_set_fields_count_for_an_ephemeral_container() {
+        let c = json!({"resources": {"limits": null}, "ports": null, "lifecycle": {}});
+        assert!(!is_set(&c, "resources"));
+        assert!(!is_set(&c, "ports"));
+        assert!(!is_set(&c, "startupProbe"));
+        assert!(
+            is_set(&c, "lifecycle"),
+            "a pointer to an empty struct is set"
+        );
+        assert!(is_set(&json!({"resources": {"claims": []}}), "resources"));
     }
 
     #[test]

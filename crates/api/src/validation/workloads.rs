@@ -15,6 +15,21 @@ pub(crate) fn pod(object: &Value, causes: &mut Vec<Cause>) {
     pod::spec(object.get("spec"), "spec", causes);
 }
 
+/// What a new Pod may not carry (`ValidatePodCreate`): ephemeral
+/// containers, which only `pods/<name>/ephemeralcontainers` adds.
+pub(crate) fn pod_create(object: &Value, causes: &mut Vec<Cause>) {
+    if object
+        .pointer("/spec/ephemeralContainers")
+        .and_then(Value::as_array)
+        .is_some_and(|l| !l.is_empty())
+    {
+        causes.push(Cause::forbidden(
+            "spec.ephemeralContainers",
+            "cannot be set on create",
+        ));
+    }
+}
+
 /// A Deployment, ReplicaSet, StatefulSet or DaemonSet.
 pub(crate) fn workload(object: &Value, causes: &mut Vec<Cause>) {
     selector(object, causes);
@@ -23,18 +38,21 @@ pub(crate) fn workload(object: &Value, causes: &mut Vec<Cause>) {
         "spec.template.spec",
         causes,
     );
+    template_ephemeral_containers(object, "/spec/template", causes);
     template_restart_policy(object, "/spec/template", &["Always"], causes);
 }
 
 pub(crate) fn replication_controller(object: &Value, causes: &mut Vec<Cause>) {
     let template = object.pointer("/spec/template/spec");
     pod::spec(template, "spec.template.spec", causes);
+    template_ephemeral_containers(object, "/spec/template", causes);
 }
 
 pub(crate) fn job(object: &Value, causes: &mut Vec<Cause>) {
     super::job::spec(object.get("spec"), "spec", causes);
     let template = object.pointer("/spec/template/spec");
     pod::spec(template, "spec.template.spec", causes);
+    template_ephemeral_containers(object, "/spec/template", causes);
     template_restart_policy(object, "/spec/template", &["OnFailure", "Never"], causes);
 }
 
@@ -51,11 +69,30 @@ pub(crate) fn cron_job(object: &Value, causes: &mut Vec<Cause>) {
     let template = "/spec/jobTemplate/spec/template";
     let spec = object.pointer(&format!("{template}/spec"));
     pod::spec(spec, "spec.jobTemplate.spec.template.spec", causes);
+    template_ephemeral_containers(object, template, causes);
     template_restart_policy(object, template, &["OnFailure", "Never"], causes);
 }
 
 /// The restart policies a controller's pod template (at `template`, a
 /// JSON pointer) may have.
+/// A pod template takes no ephemeral containers (`ValidatePodTemplateSpec`).
+fn template_ephemeral_containers(object: &Value, template: &str, causes: &mut Vec<Cause>) {
+    let list = object.pointer(&format!("{template}/spec/ephemeralContainers"));
+    if list
+        .and_then(Value::as_array)
+        .is_some_and(|l| !l.is_empty())
+    {
+        let path = format!(
+            "{}.spec.ephemeralContainers",
+            template[1..].replace('/', ".")
+        );
+        causes.push(Cause::forbidden(
+            path,
+            "ephemeral containers not allowed in pod template",
+        ));
+    }
+}
+
 fn template_restart_policy(
     object: &Value,
     template: &str,

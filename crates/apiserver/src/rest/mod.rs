@@ -4,8 +4,10 @@
 
 mod apply;
 mod components;
+mod connect;
 pub(crate) mod objects;
 mod podlog;
+mod proxy;
 mod read;
 mod review;
 mod subresource;
@@ -51,6 +53,14 @@ impl Params {
     }
 
     /// A boolean parameter: `true`, `True` or `1`.
+    /// Every value of a repeated parameter, in order.
+    pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.pairs
+            .iter()
+            .filter(move |(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
     pub fn flag(&self, key: &str) -> bool {
         matches!(self.get(key), Some("true" | "True" | "1"))
     }
@@ -168,6 +178,8 @@ fn verb(method: &Method, path: &ResourcePath, params: &Params) -> Option<Verb> {
         ("PATCH", true) => Verb::Patch,
         ("DELETE", true) => Verb::Delete,
         ("DELETE", false) => Verb::DeleteCollection,
+        // A proxy passes HEAD and OPTIONS on, authorized as reads.
+        ("HEAD" | "OPTIONS", true) if path.subresource.as_deref() == Some("proxy") => Verb::Get,
         _ => return None,
     })
 }
@@ -245,6 +257,30 @@ async fn serve(
         return Err(ApiError(Status::method_not_allowed(format!(
             "the server does not allow this method on the requested resource ({method} {uri_path})"
         ))));
+    }
+    // Streams into pods are long-running: not counted against the
+    // in-flight limit, served before the body is read (it is the
+    // upgraded connection).
+    let core = resource.def.group.is_empty();
+    let plural = resource.def.plural.as_str();
+    let stream = (core && plural == "pods")
+        .then(|| resource.subresource.as_deref().and_then(connect::Kind::of))
+        .flatten();
+    let proxied = core
+        && matches!(plural, "pods" | "services" | "nodes")
+        && resource.subresource.as_deref() == Some("proxy");
+    if stream.is_some() || proxied {
+        let ctx = Context {
+            state,
+            resource,
+            params,
+            headers: request.headers().clone(),
+            user,
+        };
+        return match stream {
+            Some(kind) => connect::serve(ctx, kind, request).await,
+            None => proxy::serve(ctx, request).await,
+        };
     }
     // Long-running watches are not counted against the in-flight limit.
     let _permit = if verb == Verb::Watch {

@@ -40,6 +40,35 @@ impl Context {
         Ok((stored.object, stored.revision))
     }
 
+    /// An object of the core (`v1`) resource `plural`, as stored: what a
+    /// subresource reads besides its own object (a pod's node, a
+    /// Service's endpoints).
+    pub async fn core_object(
+        &self,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, Status> {
+        let def = self
+            .state
+            .registry()
+            .get("", "v1", plural)
+            .cloned()
+            .ok_or_else(|| Status::internal(format!("no {plural} resource")))?;
+        Ok(self
+            .state
+            .storage()
+            .get(&def, namespace, name)
+            .await?
+            .object)
+    }
+
+    /// Where the agent of node `name` listens: its host and port.
+    pub async fn agent_of(&self, name: &str) -> Result<(String, u16), Status> {
+        let node = self.core_object("nodes", None, name).await?;
+        crate::kubelet::location(&node).map_err(Status::internal)
+    }
+
     /// How this request writes: `dryRun`, and — when the write records
     /// managed fields itself (`record`) — the request's field manager.
     pub fn write_options(&self, record: bool) -> Result<WriteOptions, Status> {

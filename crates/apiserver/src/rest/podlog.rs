@@ -53,14 +53,7 @@ pub async fn get(ctx: &Context) -> ApiResult {
     podlogs::log_container_id(ctx.name(), &status, &container, options.previous)
         .map_err(Status::bad_request)?;
 
-    let nodes = ctx
-        .state
-        .registry()
-        .get("", "v1", "nodes")
-        .cloned()
-        .ok_or_else(|| Status::internal("no nodes resource"))?;
-    let node = ctx.state.storage().get(&nodes, None, &node).await?.object;
-    let (host, port) = crate::kubelet::location(&node).map_err(Status::internal)?;
+    let (host, port) = ctx.agent_of(&node).await?;
     let client = ctx
         .state
         .kubelet

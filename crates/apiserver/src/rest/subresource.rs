@@ -1,9 +1,11 @@
 //! Subresources: `status` (the status alone; a CertificateSigningRequest's
 //! `approval` too, its strategy keeping all but the conditions), `scale` (an
 //! `autoscaling/v1 Scale` view of `spec.replicas`), `pods/binding`,
-//! `namespaces/finalize` and `pods/log` (from the node agent: `podlog.rs`).
-//! The other node-facing ones (exec, attach, port-forward, proxy) are not
-//! served yet and answer as upstream does for a pod without a node.
+//! `namespaces/finalize`, `pods/ephemeralcontainers` (the Pod, of which a
+//! write changes `spec.ephemeralContainers` alone) and `pods/log` (from the
+//! node agent: `podlog.rs`).
+//! The streams (exec, attach, port-forward) are `connect.rs`, the proxies
+//! `proxy.rs`: they take the request before its body is read.
 
 use axum::http::StatusCode;
 use bytes::Bytes;
@@ -66,24 +68,18 @@ pub async fn serve(ctx: &Context, subresource: &str, verb: Verb, body: Bytes) ->
             .await
         }
         ("log", Verb::Get) => super::podlog::get(ctx).await,
-        ("exec" | "attach" | "portforward" | "proxy", _) => {
-            let (object, _) = ctx.current().await?;
-            let node = object
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if node.is_empty() {
-                Err(Status::bad_request(format!(
-                    "pod {} does not have a host assigned",
-                    ctx.name()
-                ))
-                .into())
-            } else {
-                Err(Status::unavailable(format!(
-                    "the node agent on {node} cannot be reached: node streaming is not served yet"
-                ))
-                .into())
-            }
+        // A Pod whose ephemeral containers alone a write may add to.
+        ("ephemeralcontainers", Verb::Get) => super::read::get(ctx).await,
+        ("ephemeralcontainers", Verb::Update) => {
+            let object = object_body(ctx, &body)?;
+            let warnings = check_fields(ctx, &object)?;
+            update_with(ctx, Part::EphemeralContainers, warnings, |_| {
+                Ok(object.clone())
+            })
+            .await
+        }
+        ("ephemeralcontainers", Verb::Patch) => {
+            patch_part(ctx, body, Part::EphemeralContainers).await
         }
         (other, _) => Err(Status::method_not_allowed(format!(
             "the {other} subresource is not served yet"

@@ -238,6 +238,9 @@ pub fn scope<'s>(
         }
         Part::Main | Part::Binding | Part::Finalize => ("", Ignore::Nothing),
         Part::Status => ("status", Ignore::AllButStatus),
+        // The rest of the pod is the stored one's: only its ephemeral
+        // containers can differ.
+        Part::EphemeralContainers => ("ephemeralcontainers", Ignore::Status),
     };
     Scope {
         types,

@@ -143,6 +143,17 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
         timeout_seconds: i64,
     ) -> Result<ExecResult>;
 
+    /// Where the runtime serves an interactive exec in a container (CRI
+    /// `Exec`): a one-time URL on its streaming server, which speaks the
+    /// remote-command protocols itself.
+    async fn exec(&self, request: v1::ExecRequest) -> Result<String>;
+    /// Where the runtime serves an attach to a container's process (CRI
+    /// `Attach`).
+    async fn attach(&self, request: v1::AttachRequest) -> Result<String>;
+    /// Where the runtime forwards ports into a sandbox's network (CRI
+    /// `PortForward`).
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String>;
+
     /// Makes the runtime reopen a container's log file (after rotation).
     async fn reopen_container_log(&self, id: &str) -> Result<()>;
     /// Every image the runtime has: names (tags and digests) and size.

@@ -300,6 +300,39 @@ impl Runtime for RemoteRuntime {
         })
     }
 
+    async fn exec(&self, request: cri::ExecRequest) -> Result<String> {
+        let reply = self
+            .runtime
+            .clone()
+            .exec(request)
+            .await
+            .map_err(call("Exec"))?;
+        Ok(reply.into_inner().url)
+    }
+
+    async fn attach(&self, request: cri::AttachRequest) -> Result<String> {
+        let reply = self
+            .runtime
+            .clone()
+            .attach(request)
+            .await
+            .map_err(call("Attach"))?;
+        Ok(reply.into_inner().url)
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String> {
+        let reply = self
+            .runtime
+            .clone()
+            .port_forward(cri::PortForwardRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                port: ports,
+            })
+            .await
+            .map_err(call("PortForward"))?;
+        Ok(reply.into_inner().url)
+    }
+
     async fn reopen_container_log(&self, id: &str) -> Result<()> {
         self.runtime
             .clone()

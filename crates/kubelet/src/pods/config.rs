@@ -1,12 +1,13 @@
 //! A pod and its containers as CRI configs (upstream's
 //! `kuberuntime_sandbox.go` and `kuberuntime_container.go`): metadata,
 //! the labels and annotations that tie runtime objects back to the pod,
-//! log paths, namespaces, command, args, env and resources (pure).
+//! log paths, namespaces (an ephemeral container's its target's process
+//! namespace), command, args, env and resources (pure).
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
 use kube::ResourceExt;
 
 use crate::cri::v1 as cri;
@@ -295,6 +296,55 @@ pub fn container_config(
     }
 }
 
+/// An ephemeral container as the container it is started as (upstream's
+/// `v1.Container(ec.EphemeralContainerCommon)`): everything but its target.
+pub fn as_container(ephemeral: &EphemeralContainer) -> Container {
+    let e = ephemeral.clone();
+    Container {
+        args: e.args,
+        command: e.command,
+        env: e.env,
+        env_from: e.env_from,
+        image: e.image,
+        image_pull_policy: e.image_pull_policy,
+        lifecycle: e.lifecycle,
+        liveness_probe: e.liveness_probe,
+        name: e.name,
+        ports: e.ports,
+        readiness_probe: e.readiness_probe,
+        resize_policy: e.resize_policy,
+        resources: e.resources,
+        restart_policy: e.restart_policy,
+        security_context: e.security_context,
+        startup_probe: e.startup_probe,
+        stdin: e.stdin,
+        stdin_once: e.stdin_once,
+        termination_message_path: e.termination_message_path,
+        termination_message_policy: e.termination_message_policy,
+        tty: e.tty,
+        volume_devices: e.volume_devices,
+        volume_mounts: e.volume_mounts,
+        working_dir: e.working_dir,
+    }
+}
+
+/// Puts an ephemeral container in the process namespace of the container
+/// `target_id` (upstream's `NamespaceMode_TARGET`), unless the pod shares
+/// one process namespace among all its containers already.
+pub fn join_target_pid_namespace(config: &mut cri::ContainerConfig, target_id: &str) {
+    let options = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|s| s.namespace_options.as_mut());
+    if let Some(options) = options
+        && options.pid == cri::NamespaceMode::Container as i32
+    {
+        options.pid = cri::NamespaceMode::Target as i32;
+        options.target_id = target_id.to_string();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +378,48 @@ mod tests {
             (caps.add_capabilities, caps.drop_capabilities),
             (vec!["NET_ADMIN".to_string()], vec!["ALL".to_string()])
         );
+    }
+
+    #[test]
+    fn an_ephemeral_container_joins_its_targets_process_namespace() {
+        let pod = |share: bool| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+                "spec": {"shareProcessNamespace": share,
+                         "containers": [{"name": "app", "image": "i"}],
+                         "ephemeralContainers": [{"name": "debug", "image": "busybox",
+                             "targetContainerName": "app", "stdin": true, "tty": true,
+                             "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}
+            }))
+            .expect("pod")
+        };
+        let own = pod(false);
+        let spec = own.spec.as_ref().expect("spec");
+        let debug = as_container(&spec.ephemeral_containers.as_ref().expect("ephemeral")[0]);
+        assert_eq!(debug.name, "debug");
+        assert_eq!((debug.stdin, debug.tty), (Some(true), Some(true)));
+        assert_eq!(debug.volume_mounts.as_ref().map(Vec::len), Some(1));
+        let mut config = container_config(&own, &debug, 0, false, Vec::new(), Vec::new());
+        assert!(config.stdin && config.tty, "kubectl attach needs both");
+        join_target_pid_namespace(&mut config, "c-app");
+        let namespaces = |config: &cri::ContainerConfig| {
+            config
+                .linux
+                .clone()
+                .and_then(|l| l.security_context)
+                .and_then(|s| s.namespace_options)
+                .expect("namespace options")
+        };
+        let options = namespaces(&config);
+        assert_eq!(options.pid, cri::NamespaceMode::Target as i32);
+        assert_eq!(options.target_id, "c-app");
+        // A pod sharing one process namespace keeps it.
+        let shared = pod(true);
+        let mut config = container_config(&shared, &debug, 0, false, Vec::new(), Vec::new());
+        join_target_pid_namespace(&mut config, "c-app");
+        let options = namespaces(&config);
+        assert_eq!(options.pid, cri::NamespaceMode::Pod as i32);
+        assert_eq!(options.target_id, "");
     }
 
     #[test]

@@ -1,22 +1,32 @@
 //! What one sync of a pod must do, decided from the pod and what the
 //! runtime holds (upstream's `computePodActions`, pure): kill the pod,
-//! (re)create its sandbox, start the next init container or the containers
-//! that are not running, or wait out a container's CrashLoopBackOff.
+//! (re)create its sandbox, start the ephemeral containers not started yet,
+//! the next init container or the containers that are not running, or wait
+//! out a container's CrashLoopBackOff.
 
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
 use kube::ResourceExt;
 
 use super::backoff::Backoff;
 use super::observed::{Instance, Observed};
 
+/// Which of the pod's lists a container is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Init,
+    Regular,
+    Ephemeral,
+}
+
 /// A container to start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Start {
     pub name: String,
-    pub init: bool,
-    /// Its index in `initContainers` or `containers`.
+    pub kind: Kind,
+    /// Its index in `initContainers`, `containers` or
+    /// `ephemeralContainers`.
     pub index: usize,
     pub attempt: u32,
 }
@@ -69,6 +79,35 @@ fn containers(pod: &Pod) -> (&[Container], &[Container]) {
             &spec.containers,
         ),
         None => (&[], &[]),
+    }
+}
+
+/// The pod's ephemeral containers.
+pub fn ephemeral_containers(pod: &Pod) -> &[EphemeralContainer] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or_default()
+}
+
+/// The runtime id of the container whose process namespace an ephemeral
+/// container joins (upstream's `getTargetID`): none without a
+/// `targetContainerName`, the newest instance of the container it names,
+/// or upstream's error when that one has none yet.
+pub fn target_id(
+    container: &EphemeralContainer,
+    observed: &Observed,
+) -> Result<Option<String>, String> {
+    let Some(target) = container
+        .target_container_name
+        .as_deref()
+        .filter(|t| !t.is_empty())
+    else {
+        return Ok(None);
+    };
+    match observed.latest(target) {
+        Some(instance) => Ok(Some(instance.id.clone())),
+        None => Err(format!("unable to find target container {target}")),
     }
 }
 
@@ -189,20 +228,36 @@ pub fn plan(
     // Starts the exited `latest` again, or keeps it waiting out its back-off.
     let restart = |plan: &mut Plan,
                    container: &Container,
-                   init: bool,
+                   kind: Kind,
                    index: usize,
                    latest: &Instance,
                    backoff: &mut Backoff| {
         match restart_or_wait(pod, &container.name, latest, backoff, now) {
             Ok(attempt) => plan.start.push(Start {
                 name: container.name.clone(),
-                init,
+                kind,
                 index,
                 attempt,
             }),
             Err(waiting) => plan.waiting.push(waiting),
         }
     };
+
+    // Ephemeral containers, once the sandbox runs, whatever the init
+    // sequence is at: each started once and never again, an exited one
+    // staying exited (upstream: any status of the name, in any sandbox).
+    if sandbox_ok {
+        for (index, container) in ephemeral_containers(pod).iter().enumerate() {
+            if observed.latest(&container.name).is_none() {
+                plan.start.push(Start {
+                    name: container.name.clone(),
+                    kind: Kind::Ephemeral,
+                    index,
+                    attempt: 0,
+                });
+            }
+        }
+    }
 
     // Init containers, one at a time, in order.
     for (index, container) in init.iter().enumerate() {
@@ -215,7 +270,7 @@ pub fn plan(
             None => {
                 plan.start.push(Start {
                     name: container.name.clone(),
-                    init: true,
+                    kind: Kind::Init,
                     index,
                     attempt: next_attempt(&container.name),
                 });
@@ -224,7 +279,7 @@ pub fn plan(
             // A sidecar that runs lets the sequence go on.
             Some(i) if is_sidecar(container) && i.running() => continue,
             Some(i) if is_sidecar(container) && i.exited() => {
-                restart(&mut plan, container, true, index, i, backoff);
+                restart(&mut plan, container, Kind::Init, index, i, backoff);
                 // Once the containers have started, a sidecar's restart
                 // holds nothing up.
                 let containers_started = regular.iter().any(|c| current(&c.name).is_some());
@@ -238,7 +293,7 @@ pub fn plan(
                     plan.kill_pod = true;
                     return plan;
                 }
-                restart(&mut plan, container, true, index, i, backoff);
+                restart(&mut plan, container, Kind::Init, index, i, backoff);
                 return plan;
             }
             // Running or created: wait for it.
@@ -255,13 +310,13 @@ pub fn plan(
         match instance {
             None => plan.start.push(Start {
                 name: container.name.clone(),
-                init: false,
+                kind: Kind::Regular,
                 index,
                 attempt: next_attempt(&container.name),
             }),
             Some(i) if i.exited() => {
                 if should_restart(policy, i.exit_code) {
-                    restart(&mut plan, container, false, index, i, backoff);
+                    restart(&mut plan, container, Kind::Regular, index, i, backoff);
                 }
             }
             Some(i) if i.running() && unhealthy(&i.id) => plan.kill_containers.push(i.id.clone()),
@@ -269,7 +324,8 @@ pub fn plan(
         }
     }
     // Keep the newest exited instance of each container (its lastState and
-    // `logs --previous`); remove older ones.
+    // `logs --previous`); remove older ones. An ephemeral container has
+    // only the one.
     for container in init.iter().chain(regular) {
         plan.remove.extend(
             observed
@@ -368,8 +424,8 @@ mod tests {
         assert!(!plan.kill_pod);
         assert_eq!(plan.start.len(), 1);
         assert_eq!(
-            (plan.start[0].name.as_str(), plan.start[0].init),
-            ("setup", true)
+            (plan.start[0].name.as_str(), plan.start[0].kind),
+            ("setup", Kind::Init)
         );
     }
 
@@ -529,6 +585,106 @@ mod tests {
         let plan = plan(&p, &observed, &failing, &mut Backoff::default(), t0());
         assert_eq!(plan.kill_containers, ["app-0"]);
         assert!(plan.start.is_empty() && !plan.kill_pod);
+    }
+
+    /// `p` with ephemeral containers `names`, the first targeting `app`.
+    fn with_ephemeral(mut p: Pod, names: &[&str]) -> Pod {
+        let list = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let target = (i == 0).then_some("app");
+                serde_json::json!({"name": n, "image": "busybox", "targetContainerName": target})
+            })
+            .collect::<Vec<_>>();
+        if let Some(spec) = p.spec.as_mut() {
+            spec.ephemeral_containers = serde_json::from_value(serde_json::json!(list)).ok();
+        }
+        p
+    }
+
+    #[test]
+    fn an_ephemeral_container_starts_once_and_never_again() {
+        let p = with_ephemeral(pod("Always", &[], &["app"]), &["debug"]);
+        let app = || instance("app", 0, ContainerState::ContainerRunning, 0, t0());
+        let next = plan(
+            &p,
+            &in_sandbox(vec![app()]),
+            &healthy,
+            &mut Backoff::default(),
+            t0(),
+        );
+        assert_eq!(
+            next.start,
+            [Start {
+                name: "debug".into(),
+                kind: Kind::Ephemeral,
+                index: 0,
+                attempt: 0
+            }]
+        );
+        // Running, or exited whatever its code: nothing to do, and its one
+        // instance stays.
+        for (state, code) in [
+            (ContainerState::ContainerRunning, 0),
+            (ContainerState::ContainerExited, 1),
+        ] {
+            let debug = instance("debug", 0, state, code, t0());
+            let next = plan(
+                &p,
+                &in_sandbox(vec![app(), debug]),
+                &healthy,
+                &mut Backoff::default(),
+                t0(),
+            );
+            assert_eq!(next, Plan::default(), "{state:?}");
+        }
+        // A new sandbox first: they wait for the next sync.
+        let fresh = plan(
+            &p,
+            &Observed::default(),
+            &healthy,
+            &mut Backoff::default(),
+            t0(),
+        );
+        assert_eq!(fresh.create_sandbox, Some(0));
+        assert!(fresh.start.iter().all(|s| s.kind != Kind::Ephemeral));
+    }
+
+    #[test]
+    fn an_ephemeral_container_does_not_wait_for_the_init_sequence() {
+        let p = with_ephemeral(pod("Always", &["setup"], &["app"]), &["debug"]);
+        let mut setup = instance("setup", 0, ContainerState::ContainerRunning, 0, t0());
+        setup.init = true;
+        let next = plan(
+            &p,
+            &in_sandbox(vec![setup]),
+            &healthy,
+            &mut Backoff::default(),
+            t0(),
+        );
+        let started: Vec<_> = next
+            .start
+            .iter()
+            .map(|s| (s.name.as_str(), s.kind))
+            .collect();
+        assert_eq!(started, [("debug", Kind::Ephemeral)]);
+    }
+
+    #[test]
+    fn an_ephemeral_container_joins_its_targets_newest_instance() {
+        let p = with_ephemeral(pod("Always", &[], &["app"]), &["debug", "plain"]);
+        let list = ephemeral_containers(&p);
+        let observed = in_sandbox(vec![
+            instance("app", 1, ContainerState::ContainerRunning, 0, t0()),
+            instance("app", 0, ContainerState::ContainerExited, 1, t0()),
+        ]);
+        assert_eq!(target_id(&list[0], &observed), Ok(Some("app-1".into())));
+        assert_eq!(target_id(&list[1], &observed), Ok(None), "no target");
+        assert_eq!(
+            target_id(&list[0], &Observed::default()),
+            Err("unable to find target container app".into())
+        );
     }
 
     #[test]

@@ -507,71 +507,14 @@ async fn http_get(host: &str, port: u16, action: &HTTPGetAction) -> Outcome {
     }
     let name = rustls::pki_types::ServerName::try_from(host.to_string())
         .unwrap_or_else(|_| rustls::pki_types::ServerName::try_from("localhost").expect("a name"));
-    match insecure_tls().connect(name, stream).await {
+    let tls = match rudder_stream::tls::unverified() {
+        Ok(tls) => tls,
+        Err(error) => return Outcome::Failure(format!("Get \"{url}\": {error}")),
+    };
+    match tls.connect(name, stream).await {
         Ok(tls) => http_exchange(tls, host, port, &path, &url, action).await,
         Err(error) => Outcome::Failure(format!("Get \"{url}\": {error}")),
     }
-}
-
-/// A TLS client that accepts any certificate, as upstream's prober does;
-/// signatures are still checked, so the handshake is real.
-fn insecure_tls() -> tokio_rustls::TlsConnector {
-    #[derive(Debug)]
-    struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-    impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-        fn verify_server_cert(
-            &self,
-            _end_entity: &rustls::pki_types::CertificateDer<'_>,
-            _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-            _server_name: &rustls::pki_types::ServerName<'_>,
-            _ocsp_response: &[u8],
-            _now: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &rustls::pki_types::CertificateDer<'_>,
-            dss: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &rustls::pki_types::CertificateDer<'_>,
-            dss: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
-    }
-
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 /// The request and the status line of its answer, over `stream`.

@@ -1,6 +1,7 @@
 //! A pod's status from what the runtime holds (upstream's
 //! `generateAPIPodStatus` and `getPhase`, pure): phase, conditions,
-//! container statuses, pod and host IPs, start time.
+//! container, init container and ephemeral container statuses, pod and
+//! host IPs, start time.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -10,8 +11,9 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 
+use super::config::as_container;
 use super::observed::{Instance, Observed};
-use super::plan::{is_done, is_sidecar, restart_policy, should_restart};
+use super::plan::{ephemeral_containers, is_done, is_sidecar, restart_policy, should_restart};
 use crate::api_time;
 
 /// What the agent knows beyond the runtime: why a container waits.
@@ -127,6 +129,20 @@ fn container_status(
         last_state: Some(last_state.unwrap_or_default()),
         ..Default::default()
     }
+}
+
+/// The statuses of the pod's ephemeral containers (upstream converts them
+/// as containers): an instance counts in whatever sandbox it ran, since
+/// none is started again; no probe makes one ready or started.
+fn ephemeral_statuses(pod: &Pod, observed: &Observed, extra: &Extra) -> Vec<ContainerStatus> {
+    ephemeral_containers(pod)
+        .iter()
+        .map(|e| ContainerStatus {
+            ready: false,
+            started: None,
+            ..container_status(&as_container(e), observed, None, extra)
+        })
+        .collect()
 }
 
 /// Upstream's `getPhase`.
@@ -350,6 +366,8 @@ pub fn generate(pod: &Pod, observed: &Observed, extra: &Extra, now: SystemTime) 
             .or_else(|| extra.start_time.map(api_time)),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        ephemeral_container_statuses: Some(ephemeral_statuses(pod, observed, extra))
+            .filter(|s| !s.is_empty()),
         qos_class: previous.and_then(|s| s.qos_class.clone()),
         reason: extra
             .failed
@@ -472,6 +490,50 @@ mod tests {
             .terminated
             .expect("terminated");
         assert_eq!((t.exit_code, t.reason.as_deref()), (2, Some("Error")));
+    }
+
+    #[test]
+    fn ephemeral_containers_report_their_own_statuses() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(10);
+        let mut p = pod("Always");
+        if let Some(spec) = p.spec.as_mut() {
+            spec.ephemeral_containers = serde_json::from_value(serde_json::json!([
+                {"name": "debug", "image": "busybox", "targetContainerName": "app"},
+                {"name": "later", "image": "busybox"}
+            ]))
+            .ok();
+        }
+        let mut observed = running();
+        let mut debug = observed.instances[0].clone();
+        (debug.id, debug.name) = ("d1".into(), "debug".into());
+        observed.instances.push(debug);
+        let status = generate(&p, &observed, &extra(), now);
+        let ephemeral = status.ephemeral_container_statuses.expect("statuses");
+        let debug = &ephemeral[0];
+        assert_eq!(debug.name, "debug");
+        assert!(debug.state.as_ref().expect("state").running.is_some());
+        assert_eq!(debug.container_id.as_deref(), Some("containerd://d1"));
+        assert_eq!((debug.ready, debug.started), (false, None));
+        let later = ephemeral[1].state.clone().expect("state");
+        assert_eq!(
+            later.waiting.expect("waiting").reason.as_deref(),
+            Some("ContainerCreating")
+        );
+        // They have no say in the phase or readiness.
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.container_statuses.expect("statuses").len(), 1);
+
+        // An exited one in a sandbox since replaced stays terminated.
+        observed.sandboxes[0].id = "s2".into();
+        observed.instances[1].state = Cs::ContainerExited;
+        let status = generate(&p, &observed, &extra(), now);
+        let debug = &status.ephemeral_container_statuses.expect("statuses")[0];
+        assert!(debug.state.as_ref().expect("state").terminated.is_some());
+        assert!(
+            generate(&pod("Always"), &running(), &extra(), now)
+                .ephemeral_container_statuses
+                .is_none()
+        );
     }
 
     #[test]

@@ -18,10 +18,10 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::Backoff;
-use super::config::{container_config, sandbox_config};
+use super::config::{as_container, container_config, join_target_pid_namespace, sandbox_config};
 use super::env;
 use super::observed::{Observed, observe};
-use super::plan::{Plan, Start, plan};
+use super::plan::{Kind, Plan, Start, plan, target_id};
 use super::probe::{self, Prober};
 use super::status::{Extra, generate};
 use super::volumes;
@@ -444,10 +444,14 @@ async fn pull_credentials(
     crate::images::credentials::for_image(image, &entries)
 }
 
-/// Creates and starts one container; on failure, the reason it waits.
+/// Creates and starts one container; on failure, the reason it waits. An
+/// ephemeral container joins the process namespace of its target's
+/// instance in `observed`.
+#[allow(clippy::too_many_arguments)]
 async fn start(
     shared: &Shared,
     pod: &Pod,
+    observed: &Observed,
     sandbox_id: &str,
     sandbox: &crate::cri::PodSandboxConfig,
     pod_ip: &str,
@@ -455,12 +459,25 @@ async fn start(
     what: &Start,
 ) -> Result<(), (String, String)> {
     let spec = pod.spec.clone().unwrap_or_default();
-    let list = if what.init {
-        spec.init_containers.unwrap_or_default()
-    } else {
-        spec.containers
+    let (container, ephemeral) = match what.kind {
+        Kind::Init => (
+            spec.init_containers
+                .unwrap_or_default()
+                .get(what.index)
+                .cloned(),
+            None,
+        ),
+        Kind::Regular => (spec.containers.get(what.index).cloned(), None),
+        Kind::Ephemeral => {
+            let ephemeral = spec
+                .ephemeral_containers
+                .unwrap_or_default()
+                .get(what.index)
+                .cloned();
+            (ephemeral.as_ref().map(as_container), ephemeral)
+        }
     };
-    let Some(container) = list.get(what.index) else {
+    let Some(container) = container.as_ref() else {
         return Ok(());
     };
     let image = container.image.clone().unwrap_or_default();
@@ -486,6 +503,10 @@ async fn start(
     };
     let config_error =
         |message: String| failed("CreateContainerConfigError", "CreateContainer", message);
+    let target = match &ephemeral {
+        Some(ephemeral) => target_id(ephemeral, observed).map_err(config_error)?,
+        None => None,
+    };
     let (config_maps, secrets) = env::referenced(container);
     let sources = env::Sources::fetch(&shared.client, pod, config_maps, secrets)
         .await
@@ -503,7 +524,11 @@ async fn start(
     {
         mounts.push(hosts);
     }
-    let config = container_config(pod, container, what.attempt, what.init, envs, mounts);
+    let init = what.kind == Kind::Init;
+    let mut config = container_config(pod, container, what.attempt, init, envs, mounts);
+    if let Some(target) = &target {
+        join_target_pid_namespace(&mut config, target);
+    }
     let id = shared
         .runtime
         .create_container(sandbox_id, config, sandbox.clone())
@@ -798,10 +823,18 @@ async fn sync(
     }
     if let Some(sandbox_id) = sandbox_id.as_ref().filter(|_| !plan.start.is_empty()) {
         let pod_ip = pod_ip(shared, pod, &observed, sandbox_id).await?;
-        let starts = plan
-            .start
-            .iter()
-            .map(|s| start(shared, pod, sandbox_id, &sandbox, &pod_ip, &volume_paths, s));
+        let starts = plan.start.iter().map(|s| {
+            start(
+                shared,
+                pod,
+                &observed,
+                sandbox_id,
+                &sandbox,
+                &pod_ip,
+                &volume_paths,
+                s,
+            )
+        });
         for (what, result) in plan.start.iter().zip(join_all(starts).await) {
             if let Err((reason, message)) = result {
                 memory.waiting.insert(what.name.clone(), (reason, message));

@@ -17,43 +17,8 @@ use rudder_api::podlogs::{self, LogOptions};
 use tokio::sync::mpsc;
 
 use super::crilog::{self, ReadOptions, Sink};
-use super::{Body, Node, Refusal};
+use super::{Body, Node, Refusal, query_pairs};
 use crate::cri::ContainerState;
-
-/// Percent-decoded `key=value` pairs of a query.
-fn query_pairs(query: &str) -> Vec<(String, String)> {
-    fn decode(text: &str) -> String {
-        let bytes = text.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < bytes.len() => {
-                    let hex = |b: u8| (b as char).to_digit(16);
-                    match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                        (Some(h), Some(l)) => {
-                            out.push((h * 16 + l) as u8);
-                            i += 2;
-                        }
-                        _ => out.push(b'%'),
-                    }
-                }
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (decode(k), decode(v)),
-            None => (decode(p), String::new()),
-        })
-        .collect()
-}
 
 /// The log options of a query; `tail` is the old name of `tailLines`
 /// (`all` = every line), as upstream still reads it.

@@ -1,6 +1,7 @@
 //! The agent's HTTPS server (upstream's kubelet server, port 10250): the
 //! API server comes here for what only the node has — a container's log
-//! (`GET /containerLogs/{namespace}/{pod}/{container}`).
+//! (`GET /containerLogs/{namespace}/{pod}/{container}`), and the streams
+//! into a pod (`/exec`, `/attach`, `/portForward`, `/run`: `streams.rs`).
 //!
 //! TLS with a serving certificate from the cluster CA; clients present a
 //! certificate from the same CA (the API server's kubelet client
@@ -12,6 +13,8 @@
 
 pub mod crilog;
 mod logs;
+mod pods;
+mod streams;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -66,12 +69,26 @@ pub enum Error {
 }
 
 /// What the handlers read: the node's pods (as the API has them) and the
-/// runtime.
+/// runtime; how streams are kept.
 #[derive(Clone)]
 pub struct Node {
     pub pods: Store<Pod>,
     pub runtime: Arc<dyn Runtime>,
+    pub streaming: Streaming,
 }
+
+/// How the agent keeps streams (exec, attach, port-forward).
+#[derive(Debug, Clone)]
+pub struct Streaming {
+    /// A stream on which nothing moves this long is closed (upstream's
+    /// `--streaming-connection-idle-timeout`, 4 h).
+    pub idle_timeout: Duration,
+    /// Ends every open stream (the agent's shutdown).
+    pub stop: CancellationToken,
+}
+
+/// Upstream's default `--streaming-connection-idle-timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -175,6 +192,41 @@ impl User {
     }
 }
 
+/// Percent-decoded `key=value` pairs of a query.
+pub(crate) fn query_pairs(query: &str) -> Vec<(String, String)> {
+    fn decode(text: &str) -> String {
+        let bytes = text.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    let hex = |b: u8| (b as char).to_digit(16);
+                    match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                        (Some(h), Some(l)) => {
+                            out.push((h * 16 + l) as u8);
+                            i += 2;
+                        }
+                        _ => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(p), String::new()),
+        })
+        .collect()
+}
+
 /// Upstream's kubelet authorizer attributes for a path: the `nodes`
 /// subresource it stands for.
 fn subresource(path: &str) -> &'static str {
@@ -223,11 +275,35 @@ async fn handle(
     }
     let path = request.uri().path().to_string();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let response = match (request.method(), segments.as_slice()) {
+    let method = request.method().clone();
+    let response = match (&method, segments.as_slice()) {
         (&hyper::Method::GET, ["healthz"]) => text(StatusCode::OK, "ok"),
+        (&hyper::Method::GET, ["pods"]) => pods::list(&node),
         (&hyper::Method::GET, ["containerLogs", namespace, pod, container]) => {
             logs::container_logs(&node, namespace, pod, container, request.uri().query()).await
         }
+        (method, [verb @ ("exec" | "attach" | "portForward"), rest @ ..]) => {
+            let kind = match *verb {
+                "exec" => streams::Kind::Exec,
+                "attach" => streams::Kind::Attach,
+                _ => streams::Kind::PortForward,
+            };
+            let target = streams::target(rest, kind != streams::Kind::PortForward);
+            match (method, target) {
+                (&hyper::Method::GET | &hyper::Method::POST, Some(target)) => {
+                    streams::serve(&node, kind, target, request).await
+                }
+                (_, Some(_)) => streams::method_not_allowed(),
+                (_, None) => text(StatusCode::NOT_FOUND, "404 page not found"),
+            }
+        }
+        (method, ["run", rest @ ..]) => match (method, streams::target(rest, true)) {
+            (&hyper::Method::POST, Some(target)) => {
+                streams::run(&node, target, request.uri().query()).await
+            }
+            (_, Some(_)) => streams::method_not_allowed(),
+            (_, None) => text(StatusCode::NOT_FOUND, "404 page not found"),
+        },
         _ => text(StatusCode::NOT_FOUND, "404 page not found"),
     };
     Ok(response)

@@ -198,3 +198,31 @@ pub fn wait_for<T>(
 ) -> T {
     super::wait_until(what, within, || cluster.log(), check)
 }
+
+/// An address of the node's own on `lo` while it lives (a node at
+/// 127.0.0.1 can carry no load balancer, nor NodePorts, and the API
+/// server proxies to no loopback address).
+pub struct NodeAddress(&'static str);
+
+impl NodeAddress {
+    pub fn add(ip: &'static str) -> NodeAddress {
+        let _ = Command::new("ip")
+            .args(["addr", "del", &format!("{ip}/32"), "dev", "lo"])
+            .stderr(Stdio::null())
+            .status();
+        let status = Command::new("ip")
+            .args(["addr", "add", &format!("{ip}/32"), "dev", "lo"])
+            .status()
+            .expect("ip runs");
+        assert!(status.success(), "add {ip} to lo");
+        NodeAddress(ip)
+    }
+}
+
+impl Drop for NodeAddress {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["addr", "del", &format!("{}/32", self.0), "dev", "lo"])
+            .status();
+    }
+}
