@@ -514,26 +514,22 @@ fn check_version(k: &Kubectl<'_>, version: &str, web_pod: &str, failures: &mut V
         &(refused, err),
     );
 
-    // debug: an ephemeral container sharing the target's processes.
+    // debug: an ephemeral container sharing the target's processes. Its
+    // stdin stays open a while: an attach without stdinOnce ends with the
+    // client's stdin (the runtime detaches), as upstream's.
     let debugger = format!("debugger-{}", version.replace('.', "-"));
-    let debug = run(
-        kubectl(
-            k,
-            &[
-                "debug",
-                "sleeper",
-                "-i",
-                &image,
-                "--target=sleeper",
-                "-c",
-                &debugger,
-                "--",
-                "sh",
-            ],
-        ),
-        b"ps -o args | grep -c 'while true' | grep -q . && echo shared-pids\n",
-        Duration::from_secs(90),
+    let line = kubectl_line(
+        k,
+        &format!("debug sleeper -i --image={IMAGE} --target=sleeper -c {debugger} -- sh"),
     );
+    let mut shell = Command::new("sh");
+    shell.args([
+        "-c",
+        &format!(
+            "(sleep 1; echo 'ps -o args | grep -q \"while true\" && echo shared-pids'; sleep 3) | {line}"
+        ),
+    ]);
+    let debug = run(shell, b"", Duration::from_secs(90));
     check(
         "debug -i with an ephemeral container",
         debug.out().contains("shared-pids"),
@@ -612,7 +608,7 @@ fn streams_reach_into_pods_with_every_client() {
             .expect("timeout");
         stream
             .write_all(
-                b"GET /api/v1/namespaces/default/services/web:http/proxy/ HTTP/1.0\r\nHost: x\r\n\r\n",
+                b"GET /api/v1/namespaces/default/services/web:http/proxy/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
             )
             .expect("write");
         let mut response = String::new();
@@ -729,7 +725,9 @@ fn large_port_forward(k: &Kubectl<'_>, web_pod: &str, failures: &mut Vec<String>
             Duration::from_secs(120),
         )
     };
-    // Into the pod: nc writes what it receives through md5sum.
+    // Into the pod: what arrives goes through md5sum. (`-e`: busybox nc
+    // with its stdin at its end would half-close the connection at once,
+    // and the runtime ends a forward a second after either side closes.)
     let listen = kubectl(
         k,
         &[
@@ -738,7 +736,7 @@ fn large_port_forward(k: &Kubectl<'_>, web_pod: &str, failures: &mut Vec<String>
             "--",
             "sh",
             "-c",
-            "nc -l -p 9000 | md5sum > /tmp/in.md5",
+            "nc -l -p 9000 -e sh -c 'md5sum > /tmp/in.md5'",
         ],
     )
     .stdin(Stdio::null())
@@ -776,7 +774,7 @@ fn large_port_forward(k: &Kubectl<'_>, web_pod: &str, failures: &mut Vec<String>
     }
     // Out of the pod: nc serves a file of random bytes.
     let made = exec(&format!(
-        "head -c {SIZE} /dev/urandom > /tmp/out.bin; md5sum /tmp/out.bin; (nc -l -p 9001 < /tmp/out.bin &)"
+        "head -c {SIZE} /dev/urandom > /tmp/out.bin; md5sum /tmp/out.bin; (nc -l -p 9001 -e cat /tmp/out.bin < /dev/null > /dev/null 2>&1 &)"
     ));
     std::thread::sleep(Duration::from_secs(1));
     let mut received = Vec::new();

@@ -343,12 +343,16 @@ where
         loop {
             let data = match reader.next_message().await {
                 Ok(Some(Message::Binary(data))) => data,
-                Ok(Some(Message::Text(_))) => return,
-                Ok(Some(Message::Close(_)) | None) | Err(_) => return,
+                Ok(Some(Message::Text(_))) => return "the client sent text".to_string(),
+                Ok(Some(Message::Close(_)) | None) => return "the client closed".to_string(),
+                Err(e) => return format!("the client's WebSocket: {e}"),
             };
             activity.touch();
-            if node_write.write_all(&data).await.is_err() || node_write.flush().await.is_err() {
-                return;
+            if let Err(e) = node_write.write_all(&data).await {
+                return format!("writing to the node: {e}");
+            }
+            if let Err(e) = node_write.flush().await {
+                return format!("writing to the node: {e}");
             }
         }
     };
@@ -356,20 +360,22 @@ where
         let mut buffer = vec![0; CHUNK];
         loop {
             let n = match node_read.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
+                Ok(0) => return "the node closed".to_string(),
+                Err(e) => return format!("reading from the node: {e}"),
                 Ok(n) => n,
             };
             activity.touch();
-            if writer.send_binary(&buffer[..n]).await.is_err() {
-                return;
+            if let Err(e) = writer.send_binary(&buffer[..n]).await {
+                return format!("the client's WebSocket: {e}");
             }
         }
     };
-    tokio::select! {
-        _ = upstream => {}
-        _ = downstream => {}
-        _ = activity.idle_for(idle) => {}
-    }
+    let ended = tokio::select! {
+        why = upstream => why,
+        why = downstream => why,
+        _ = activity.idle_for(idle) => "idle".to_string(),
+    };
+    tracing::debug!(%ended, "a tunnelled stream ended");
     let _ = tokio::time::timeout(Duration::from_secs(1), writer.close(ws::CLOSE_NORMAL, "")).await;
     let _ = writer.shutdown().await;
 }
@@ -613,5 +619,44 @@ mod tests {
         assert_eq!(first_message(streams(false, true, false))[..], [2]);
         assert_eq!(first_message(streams(false, true, true))[..], [3]);
         assert_eq!(first_message(streams(false, false, false))[..], [3]);
+    }
+}
+
+#[cfg(test)]
+mod bulk_tests {
+    use super::*;
+    use crate::ws::Role;
+    use rand::{Rng, SeedableRng};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tunnel_carries_many_megabytes_intact() {
+        let (client_io, server_io) = tokio::io::duplex(16 * 1024);
+        let (node_near, node_far) = tokio::io::duplex(16 * 1024);
+        let relay = tokio::spawn(tunnel(
+            WebSocket::from_upgraded(server_io, Role::Server),
+            node_near,
+            Duration::from_secs(60),
+        ));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut data = vec![0u8; 24 << 20];
+        rng.fill(&mut data[..]);
+        let (_reader, writer) = WebSocket::from_upgraded(client_io, Role::Client).split();
+        let sent = data.clone();
+        let sender = tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+            let mut at = 0;
+            while at < sent.len() {
+                let n = rng.random_range(1..70_000).min(sent.len() - at);
+                writer.send_binary(&sent[at..at + n]).await.expect("send");
+                at += n;
+            }
+            writer
+        });
+        let (mut far_read, _far_write) = tokio::io::split(node_far);
+        let mut got = vec![0u8; data.len()];
+        far_read.read_exact(&mut got).await.expect("read");
+        let _writer = sender.await.expect("sender");
+        assert!(got == data, "the bytes arrived changed");
+        relay.abort();
     }
 }
