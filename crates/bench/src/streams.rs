@@ -16,7 +16,10 @@
 //!   WebSocket) to a pod that reads it to its end, from the first byte to
 //!   the pod closing; the floor: the same copy straight to the pod's
 //!   address. `portforward_spdy_mb_per_s`: the same with kubectl 1.27
-//!   (plain SPDY).
+//!   (plain SPDY). `portforward_relayed_mb_per_s`: the bench's own SPDY
+//!   client through the API server and the agent, beside the same client
+//!   straight at containerd's streaming URL: what the relays cost, apart
+//!   from the runtime's and kubectl's own SPDY.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -30,6 +33,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
 use rudder_kubelet::cri::{Runtime, remote::RemoteRuntime};
 use rudder_stream::ws::{self, Message};
+use rudder_stream::{spdy, upgrade};
 use serde_json::json;
 
 use crate::Options;
@@ -222,6 +226,103 @@ fn copy_to(address: (&str, u16), bytes: usize) -> anyhow::Result<f64> {
     Ok(bytes as f64 / 1e6 / began.elapsed().as_secs_f64())
 }
 
+/// A port-forward of `bytes` over a SPDY connection already upgraded on
+/// `io` (the `portforward.k8s.io` protocol, as client-go speaks it: an
+/// error stream half-closed at once, then the data stream): MB/s from the
+/// first byte to the pod's close.
+async fn spdy_forward<S>(io: S, port: u16, bytes: usize) -> anyhow::Result<f64>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (session, _incoming) = spdy::Session::client(io);
+    let headers = |kind: &str| {
+        spdy::Headers::new()
+            .with("streamtype", kind)
+            .with("port", port.to_string())
+            .with("requestid", "0")
+    };
+    let mut error = session.open(headers("error"), false).await?;
+    error.shutdown().await?;
+    let mut data = session.open(headers("data"), false).await?;
+    let chunk = vec![0x5a_u8; 1 << 20];
+    let began = Instant::now();
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        data.write_all(&chunk[..n]).await?;
+        left -= n;
+    }
+    data.shutdown().await?;
+    let mut rest = Vec::new();
+    let _ = data.read_to_end(&mut rest).await;
+    let rate = bytes as f64 / 1e6 / began.elapsed().as_secs_f64();
+    drop((error, data));
+    session.close().await;
+    Ok(rate)
+}
+
+/// The SPDY upgrade headers of a port-forward.
+fn forward_headers() -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    spdy::handshake::client_request_headers(&mut headers, &["portforward.k8s.io"]);
+    headers
+}
+
+/// The same client's port-forward through the API server (and the agent).
+async fn forward_through_api(kubeconfig: &Path, bytes: usize) -> anyhow::Result<f64> {
+    let (tls, port) = tls_from_kubeconfig(kubeconfig)?;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    tcp.set_nodelay(true)?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, tcp)
+        .await?;
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/pods/sink/portforward");
+    match upgrade::request(
+        stream,
+        http::Method::POST,
+        &path,
+        "127.0.0.1",
+        &forward_headers(),
+    )
+    .await?
+    {
+        upgrade::Answer::Switched { io, .. } => spdy_forward(io, 9000, bytes).await,
+        upgrade::Answer::Refused { status, body } => {
+            anyhow::bail!("port-forward through the API: {status} {body:?}")
+        }
+    }
+}
+
+/// The same client's port-forward straight to containerd's streaming
+/// server (CRI `PortForward`, then its URL).
+async fn forward_at_runtime(
+    runtime: &RemoteRuntime,
+    sandbox: &str,
+    bytes: usize,
+) -> anyhow::Result<f64> {
+    let url = runtime.port_forward(sandbox, vec![9000]).await?;
+    let rest = url.strip_prefix("http://").context("an http URL")?;
+    let (authority, path) = rest.split_once('/').context("a path")?;
+    let tcp = tokio::net::TcpStream::connect(authority).await?;
+    tcp.set_nodelay(true)?;
+    match upgrade::request(
+        tcp,
+        http::Method::POST,
+        &format!("/{path}"),
+        authority,
+        &forward_headers(),
+    )
+    .await?
+    {
+        upgrade::Answer::Switched { io, .. } => spdy_forward(io, 9000, bytes).await,
+        upgrade::Answer::Refused { status, body } => {
+            anyhow::bail!("port-forward at the runtime: {status} {body:?}")
+        }
+    }
+}
+
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
     anyhow::ensure!(
         is_root(),
@@ -250,7 +351,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             "sleeper",
             "trap 'exit 0' TERM; while true; do sleep 1; done",
         ),
-        ("sink", "while true; do nc -l -p 9000 > /dev/null; done"),
+        // Reads each connection to its end; `-e` keeps nc's write side
+        // open (with its stdin at its end busybox nc half-closes at once,
+        // and containerd ends a forward a second after either side does).
+        ("sink", "nc -ll -p 9000 -e sh -c 'cat > /dev/null'"),
     ] {
         let pod = json!({"metadata": {"name": name}, "spec": {
             "terminationGracePeriodSeconds": 1,
@@ -320,6 +424,21 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     })
     .await??;
 
+    // The same SPDY client both ways: through the API server and the
+    // agent, and straight at the runtime (what the relays cost).
+    let sandbox = runtime
+        .list_pod_sandboxes(pods.get("sink").await?.metadata.uid.as_deref())
+        .await?
+        .into_iter()
+        .next()
+        .context("the sink's sandbox")?
+        .id;
+    let (mut relayed, mut floor_rate) = (0.0_f64, 0.0_f64);
+    for _ in 0..3 {
+        relayed = relayed.max(forward_through_api(&cluster.kubeconfig, bytes).await?);
+        floor_rate = floor_rate.max(forward_at_runtime(&runtime, &sandbox, bytes).await?);
+    }
+
     let metrics = vec![
         Metric::new("exec_roundtrip_p50_ms", "ms", percentile(&api, 50.0))
             .peer("CRI Exec + runtime stream", percentile(&direct, 50.0))
@@ -331,6 +450,8 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
             .peer("TCP to the pod IP", straight)
             .target("≥ 0.5× the direct copy"),
         Metric::new("portforward_spdy_mb_per_s", "MB/s", plain).peer("TCP to the pod IP", straight),
+        Metric::new("portforward_relayed_mb_per_s", "MB/s", relayed)
+            .peer("the same client at the runtime", floor_rate),
     ];
     Ok(Report {
         scenario: "streams".into(),

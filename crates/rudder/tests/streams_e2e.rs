@@ -654,7 +654,7 @@ fn streams_reach_into_pods_with_every_client() {
         cluster.log()
     );
 
-    abandoned_sessions_leave_nothing(&cluster, &k);
+    abandoned_sessions_leave_nothing(&cluster, &k, &web_pod);
 }
 
 /// The Python client's `stream()` exec and its port-forward.
@@ -849,11 +849,12 @@ fn open_streams(k: &Kubectl<'_>) -> i64 {
         .sum()
 }
 
-/// 1,000 exec sessions through kube-rs (WebSocket), each dropped
-/// mid-stream: afterwards no stream is open in the API server, the
-/// server holds no more sockets than before, and no exec'd process is
-/// left in the container.
-fn abandoned_sessions_leave_nothing(cluster: &Cluster, k: &Kubectl<'_>) {
+/// kube-rs's exec and port-forward work unmodified; then 1,000 exec
+/// sessions through kube-rs (WebSocket), each dropped mid-stream:
+/// afterwards no stream is open in the API server, the server holds no
+/// more sockets than before, and no exec'd process is left in the
+/// container.
+fn abandoned_sessions_leave_nothing(cluster: &Cluster, k: &Kubectl<'_>, web_pod: &str) {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, AttachParams};
 
@@ -890,6 +891,24 @@ fn abandoned_sessions_leave_nothing(cluster: &Cluster, k: &Kubectl<'_>) {
         let status = whole.take_status().expect("status").await;
         assert_eq!(out, "kube-rs\n");
         assert_eq!(status.and_then(|s| s.status).as_deref(), Some("Success"));
+        // kube-rs's Portforwarder (WebSocket, `v4.channel.k8s.io`).
+        let mut forwarder = pods
+            .portforward(web_pod, &[8080])
+            .await
+            .expect("kube-rs port-forward");
+        let mut port = forwarder.take_stream(8080).expect("the port's stream");
+        tokio::io::AsyncWriteExt::write_all(&mut port, b"GET /index.html HTTP/1.0\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut port, &mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.ends_with("\r\n\r\nweb\n"),
+            "kube-rs port-forward: {answer:?}"
+        );
+        drop(port);
+        forwarder.abort();
         for i in 0..1000 {
             let mut attached = pods
                 .exec(

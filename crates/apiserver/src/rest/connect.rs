@@ -431,22 +431,16 @@ async fn spdy_to_agent(
 }
 
 /// The header naming stream protocols (`httpstream.HeaderProtocolVersion`).
-const PROTOCOL_VERSION: &str = "x-stream-protocol-version";
+const PROTOCOL_VERSION: &str = spdy::handshake::HEADER_PROTOCOL_VERSION;
 
 /// A SPDY upgrade's headers, one `X-Stream-Protocol-Version` per protocol.
 fn spdy_headers(protocols: &[&str]) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    headers.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+    spdy::handshake::client_request_headers(&mut headers, protocols);
     headers.insert(
         header::USER_AGENT,
         HeaderValue::from_static("kube-apiserver"),
     );
-    for protocol in protocols {
-        if let Ok(value) = HeaderValue::from_str(protocol) {
-            headers.append(PROTOCOL_VERSION, value);
-        }
-    }
     headers
 }
 
