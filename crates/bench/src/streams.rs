@@ -467,6 +467,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
                 "`portforward_mb_per_s`: {megabytes} MiB written through `kubectl port-forward` ({}, SPDY tunnelled in WebSocket) to a pod reading it to its end with busybox `nc`, timed to the pod's close, the best of 3; `portforward_spdy_mb_per_s`: the same with kubectl 1.27 (SPDY); the floor: the same copy to the pod's address over the bridge",
                 newest_name
             ),
+            "`portforward_relayed_mb_per_s`: the bench's own SPDY client (rudder-stream: client-go's streams, 1 MiB writes) through the API server and the agent, beside the same client straight at containerd's streaming URL — what rudder's relays cost, apart from the runtime's and kubectl's own SPDY".into(),
         ],
     })
 }
