@@ -178,6 +178,47 @@ async fn request(
     (code, body, tls)
 }
 
+/// The agent's server for `pods` on `runtime`, on a free port, with a
+/// serving certificate from a test CA: the CA, the port, the stop switch
+/// and the serving task.
+async fn serve(
+    pods: Store<Pod>,
+    runtime: Arc<dyn Runtime>,
+) -> (Pki, u16, CancellationToken, tokio::task::JoinHandle<()>) {
+    let pki = Pki::new();
+    let (cert_pem, key_pem) = pki.issue(
+        "system:node:n",
+        "system:nodes",
+        vec!["127.0.0.1".into()],
+        true,
+    );
+    let tls = server::tls_config(&ServingTls {
+        cert_pem,
+        key_pem,
+        client_ca_pem: pki.ca_pem.clone(),
+    })
+    .expect("tls");
+    let listener = server::bind("127.0.0.1:0".parse().expect("address"))
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let stop = CancellationToken::new();
+    let serving = tokio::spawn(server::serve(
+        listener,
+        tls,
+        Node {
+            pods,
+            runtime,
+            streaming: server::Streaming {
+                idle_timeout: server::DEFAULT_IDLE_TIMEOUT,
+                stop: stop.clone(),
+            },
+        },
+        stop.clone(),
+    ));
+    (pki, port, stop, serving)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agents_server_lets_in_the_api_server_alone_and_serves_logs() {
     let dir = tempfile::tempdir().expect("dir");
@@ -218,38 +259,8 @@ async fn the_agents_server_lets_in_the_api_server_alone_and_serves_logs() {
         .expect("pod"),
     );
 
-    let pki = Pki::new();
-    let (cert_pem, key_pem) = pki.issue(
-        "system:node:n",
-        "system:nodes",
-        vec!["127.0.0.1".into()],
-        true,
-    );
-    let tls = server::tls_config(&ServingTls {
-        cert_pem,
-        key_pem,
-        client_ca_pem: pki.ca_pem.clone(),
-    })
-    .expect("tls");
-    let listener = server::bind("127.0.0.1:0".parse().expect("address"))
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("address").port();
-    let stop = CancellationToken::new();
     let runtime: Arc<dyn Runtime> = runtime;
-    let serving = tokio::spawn(server::serve(
-        listener,
-        tls,
-        Node {
-            pods,
-            runtime,
-            streaming: server::Streaming {
-                idle_timeout: server::DEFAULT_IDLE_TIMEOUT,
-                stop: stop.clone(),
-            },
-        },
-        stop.clone(),
-    ));
+    let (pki, port, stop, serving) = serve(pods, runtime).await;
 
     let logs = "/containerLogs/default/p/c";
     assert_eq!(
@@ -378,37 +389,7 @@ async fn streams_are_refused_as_the_kubelet_refuses_them_and_relayed_to_the_runt
         }))
         .expect("pod"),
     );
-    let pki = Pki::new();
-    let (cert_pem, key_pem) = pki.issue(
-        "system:node:n",
-        "system:nodes",
-        vec!["127.0.0.1".into()],
-        true,
-    );
-    let tls = server::tls_config(&ServingTls {
-        cert_pem,
-        key_pem,
-        client_ca_pem: pki.ca_pem.clone(),
-    })
-    .expect("tls");
-    let listener = server::bind("127.0.0.1:0".parse().expect("address"))
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("address").port();
-    let stop = CancellationToken::new();
-    let serving = tokio::spawn(server::serve(
-        listener,
-        tls,
-        Node {
-            pods,
-            runtime: runtime.clone(),
-            streaming: server::Streaming {
-                idle_timeout: server::DEFAULT_IDLE_TIMEOUT,
-                stop: stop.clone(),
-            },
-        },
-        stop.clone(),
-    ));
+    let (pki, port, stop, serving) = serve(pods, runtime.clone()).await;
     let apiserver = pki.issue(
         "kube-apiserver-kubelet-client",
         "system:masters",
