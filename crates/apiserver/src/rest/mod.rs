@@ -52,7 +52,6 @@ impl Params {
             .map(|(_, v)| v.as_str())
     }
 
-    /// A boolean parameter: `true`, `True` or `1`.
     /// Every value of a repeated parameter, in order.
     pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.pairs
@@ -61,6 +60,7 @@ impl Params {
             .map(|(_, v)| v.as_str())
     }
 
+    /// A boolean parameter: `true`, `True` or `1`.
     pub fn flag(&self, key: &str) -> bool {
         matches!(self.get(key), Some("true" | "True" | "1"))
     }
