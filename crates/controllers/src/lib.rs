@@ -145,7 +145,7 @@ impl Default for Options {
             node_monitor_period: nodelifecycle::MONITOR_PERIOD,
             node_monitor_grace_period: nodelifecycle::GRACE_PERIOD,
             node_startup_grace_period: nodelifecycle::STARTUP_GRACE_PERIOD,
-            cluster_cidr: "10.42.0.0/16".into(),
+            cluster_cidr: rudder_api::network::CLUSTER_CIDR.into(),
             node_cidr_mask: 24,
             endpoint_workers: 5,
             cronjob_workers: 5,

@@ -135,11 +135,11 @@ pub struct AgentArgs {
     pub node: NodeArgs,
 
     /// The cluster's pod CIDR (blackholed on the node).
-    #[arg(long, default_value = "10.42.0.0/16")]
+    #[arg(long, default_value = rudder_api::network::CLUSTER_CIDR)]
     pub cluster_cidr: String,
 
     /// The cluster's Service CIDR (blackholed on the node).
-    #[arg(long, default_value = "10.43.0.0/16")]
+    #[arg(long, default_value = rudder_api::network::SERVICE_CIDR)]
     pub service_cidr: String,
 }
 

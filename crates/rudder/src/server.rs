@@ -53,7 +53,7 @@ pub struct ServerArgs {
     pub node: crate::agent::NodeArgs,
 
     /// The CIDR Service ClusterIPs are allocated from (blackholed on the node).
-    #[arg(long, default_value = "10.43.0.0/16")]
+    #[arg(long, default_value = rudder_api::network::SERVICE_CIDR)]
     pub service_cidr: String,
 
     /// Run no controllers (garbage collector, namespace lifecycle, …): the
@@ -79,7 +79,7 @@ pub struct ServerArgs {
     pub scheduler_config: Option<PathBuf>,
 
     /// The CIDR every Node's pod range (`spec.podCIDR`, a /24) is cut from.
-    #[arg(long, default_value = "10.42.0.0/16")]
+    #[arg(long, default_value = rudder_api::network::CLUSTER_CIDR)]
     pub cluster_cidr: String,
 
     /// How often the node lifecycle controller looks at node health.
