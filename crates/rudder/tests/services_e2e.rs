@@ -27,33 +27,9 @@ const IMAGE: &str = "rudder.local/busybox:1";
 /// could carry no load balancer, nor NodePorts).
 const NODE_IP: &str = "10.99.224.1";
 
-/// GET / from `ip:port` over plain TCP: the body of a 200, or what went
-/// wrong (`refused`, `timeout`, …).
+/// GET /index.html from `ip:port`, two seconds at most per step.
 fn get(ip: &str, port: u16) -> Result<String, String> {
-    let address: SocketAddr = format!("{ip}:{port}").parse().map_err(|e| format!("{e}"))?;
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).map_err(|e| {
-        match e.kind() {
-            std::io::ErrorKind::ConnectionRefused => "refused".to_string(),
-            std::io::ErrorKind::TimedOut => "timeout".to_string(),
-            _ => e.to_string(),
-        }
-    })?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(b"GET /index.html HTTP/1.0\r\nHost: svc\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| e.to_string())?;
-    let (head, body) = response.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
-    if head.split_whitespace().nth(1) == Some("200") {
-        Ok(body.trim().to_string())
-    } else {
-        Err(head.to_string())
-    }
+    common::http_get(ip, port, Duration::from_secs(2))
 }
 
 /// What busybox's nslookup on the host says of `name`, asking the cluster

@@ -172,26 +172,10 @@ impl Drop for Forward {
     }
 }
 
-/// GET /index.html from 127.0.0.1:`port`: the body of a 200.
+/// GET /index.html from 127.0.0.1:`port` (a local forward): the body of
+/// a 200.
 fn http_get(port: u16) -> Result<String, String> {
-    let mut stream =
-        TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(b"GET /index.html HTTP/1.0\r\nHost: web\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| e.to_string())?;
-    let (head, body) = response.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
-    if head.split_whitespace().nth(1) == Some("200") {
-        Ok(body.trim().to_string())
-    } else {
-        Err(head.to_string())
-    }
+    common::http_get("127.0.0.1", port, Duration::from_secs(10))
 }
 
 fn apply(k: &Kubectl<'_>, manifest: &str) {

@@ -397,3 +397,34 @@ pub fn token_kubeconfig(admin: &Path, token: &str, out: &Path) -> PathBuf {
     std::fs::write(out, yaml).expect("write the kubeconfig");
     out.to_path_buf()
 }
+
+/// GET /index.html from `ip:port` over plain TCP (HTTP/1.0), `within` for
+/// the connect and for each read: the body of a 200, or what went wrong
+/// (`refused`, `timeout`, the status line, …).
+pub fn http_get(ip: &str, port: u16, within: Duration) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let address: std::net::SocketAddr =
+        format!("{ip}:{port}").parse().map_err(|e| format!("{e}"))?;
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&address, within).map_err(|e| match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => "refused".to_string(),
+            std::io::ErrorKind::TimedOut => "timeout".to_string(),
+            _ => e.to_string(),
+        })?;
+    stream
+        .set_read_timeout(Some(within))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"GET /index.html HTTP/1.0\r\nHost: test\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| e.to_string())?;
+    let (head, body) = response.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
+    if head.split_whitespace().nth(1) == Some("200") {
+        Ok(body.trim().to_string())
+    } else {
+        Err(head.to_string())
+    }
+}
