@@ -27,10 +27,10 @@ use crate::framework::{
 };
 use crate::plugins::default_preemption;
 use crate::plugins::{
-    PRIORITY_SORT, balanced, default_binder, fit, image_locality, inter_pod_affinity,
-    node_affinity, node_name, node_ports, node_unschedulable, node_volume_limits,
-    pod_topology_spread, scheduling_gates, taint_toleration, volume_binding, volume_restrictions,
-    volume_zone,
+    PRIORITY_SORT, default_binder, image_locality, inter_pod_affinity, node_affinity, node_name,
+    node_ports, node_resources_balanced_allocation, node_resources_fit, node_unschedulable,
+    node_volume_limits, pod_topology_spread, scheduling_gates, taint_toleration, volume_binding,
+    volume_restrictions, volume_zone,
 };
 
 /// Upstream's default scheduler name.
@@ -187,8 +187,8 @@ impl Profile {
                 self.score.push((p, weight));
             }
             node_ports::NAME => self.filter.push(Arc::new(node_ports::NodePorts)),
-            fit::NAME => {
-                let p = Arc::new(fit::Fit::from_args(&enabled.fit_args()));
+            node_resources_fit::NAME => {
+                let p = Arc::new(node_resources_fit::Fit::from_args(&enabled.fit_args()));
                 self.filter.push(p.clone());
                 self.score.push((p, weight));
             }
@@ -239,9 +239,11 @@ impl Profile {
                 self.pre_score.push(p.clone());
                 self.score.push((p, weight));
             }
-            balanced::NAME => {
-                let p = Arc::new(balanced::BalancedAllocation {
-                    resources: fit::weighted(&enabled.balanced_allocation_args().resources()),
+            node_resources_balanced_allocation::NAME => {
+                let p = Arc::new(node_resources_balanced_allocation::BalancedAllocation {
+                    resources: node_resources_fit::weighted(
+                        &enabled.balanced_allocation_args().resources(),
+                    ),
                 });
                 self.pre_score.push(p.clone());
                 self.score.push((p, weight));

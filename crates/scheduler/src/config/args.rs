@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{NodeAffinity, TopologySpreadConstraint};
 use serde::Deserialize;
 
 use super::FieldError;
-use crate::plugins::fit::{ResourceWeight, ShapePoint};
+use crate::plugins::node_resources_fit::{ResourceWeight, ShapePoint};
 
 /// The largest score of a `shape` point (`MaxCustomPriorityScore`).
 pub const MAX_CUSTOM_PRIORITY_SCORE: i64 = 10;
@@ -199,7 +199,7 @@ impl FitArgs {
             s.type_ = "LeastAllocated".into();
         }
         if s.resources.is_empty() {
-            s.resources = crate::plugins::fit::default_resources();
+            s.resources = crate::plugins::node_resources_fit::default_resources();
         }
         for r in &mut s.resources {
             if r.weight == 0 {
@@ -214,7 +214,7 @@ impl BalancedAllocationArgs {
     /// cpu and memory unless configured.
     pub fn resources(&self) -> Vec<ResourceWeight> {
         if self.resources.is_empty() {
-            crate::plugins::fit::default_resources()
+            crate::plugins::node_resources_fit::default_resources()
         } else {
             self.resources.clone()
         }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::plugins::fit::{Fit, Strategy};
+use crate::plugins::node_resources_fit::{Fit, Strategy};
 use crate::profile::Profile;
 
 fn parse(text: &str) -> Result<Configuration, ConfigError> {

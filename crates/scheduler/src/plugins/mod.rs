@@ -1,16 +1,16 @@
 //! The plugins, one module each with upstream's name and reasons, and the
 //! registry that builds a profile's plugins by name.
 
-pub mod balanced;
 pub mod default_binder;
 pub mod default_preemption;
-pub mod fit;
 pub mod helpers;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
+pub mod node_resources_balanced_allocation;
+pub mod node_resources_fit;
 pub mod node_unschedulable;
 pub mod node_volume_limits;
 pub mod pod_topology_spread;

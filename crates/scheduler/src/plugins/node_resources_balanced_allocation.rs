@@ -6,7 +6,7 @@ use crate::framework::{
     CycleState, MAX_NODE_SCORE, NodeInfo, Plugin, PodInfo, PreScore, Score, Snapshot, Status,
 };
 
-use super::fit::{Weighted, default_resources, requested_and_allocatable, weighted};
+use super::node_resources_fit::{Weighted, default_resources, requested_and_allocatable, weighted};
 
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
 
