@@ -15,7 +15,7 @@
 //! in [`CONTROLLERS`]. `docs/controllers.md` lists them all.
 
 pub mod certificates;
-mod claim;
+mod controller_ref;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;

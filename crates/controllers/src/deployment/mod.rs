@@ -29,7 +29,7 @@ use rudder_runtime::{Change, EventType, Recorder, WorkQueue};
 use tokio_util::sync::CancellationToken;
 
 use self::util::*;
-use crate::claim::Claim;
+use crate::controller_ref::Claim;
 use crate::{Context, Error, api_error};
 use crate::{failure_message, is_status};
 

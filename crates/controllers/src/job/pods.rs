@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::indexes::{FAILURE_COUNT, IGNORED_FAILURE_COUNT, INDEX};
 use super::{Controller, TRACKING_FINALIZER};
-use crate::claim::Claim;
+use crate::controller_ref::Claim;
 use crate::{Error, api_error, is_status};
 
 /// What a new pod of an Indexed Job carries: its index and, with

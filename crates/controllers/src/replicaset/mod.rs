@@ -33,7 +33,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::{Claim, controller_reference};
+use crate::controller_ref::{Claim, controller_reference};
 use crate::{Context, Error, api_error, failure_message, is_status};
 
 /// Pods created or deleted in one pass at most (upstream's
