@@ -46,17 +46,15 @@ where
 {
     let (a_read, a_write) = tokio::io::split(a);
     let (b_read, b_write) = tokio::io::split(b);
-    let began = Instant::now();
-    // Milliseconds since `began` of the last byte moved.
-    let activity = Arc::new(AtomicU64::new(0));
-    let a_to_b = Arc::new(AtomicU64::new(0));
-    let b_to_a = Arc::new(AtomicU64::new(0));
-    let forward = copy(a_read, b_write, began, &activity, &a_to_b);
-    let backward = copy(b_read, a_write, began, &activity, &b_to_a);
+    let activity = Activity::new();
+    let a_to_b = AtomicU64::new(0);
+    let b_to_a = AtomicU64::new(0);
+    let forward = copy(a_read, b_write, &activity, &a_to_b);
+    let backward = copy(b_read, a_write, &activity, &b_to_a);
     let ended = tokio::select! {
         _ = forward => Ended::Closed,
         _ = backward => Ended::Closed,
-        _ = idle_for(idle, began, &activity) => Ended::Idle,
+        _ = activity.idle_for(idle) => Ended::Idle,
         _ = stop.cancelled() => Ended::Stopped,
     };
     Spliced {
@@ -66,7 +64,7 @@ where
     }
 }
 
-async fn copy<R, W>(mut from: R, mut to: W, began: Instant, activity: &AtomicU64, moved: &AtomicU64)
+async fn copy<R, W>(mut from: R, mut to: W, activity: &Activity, moved: &AtomicU64)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -81,20 +79,44 @@ where
             return;
         }
         moved.fetch_add(n as u64, Ordering::Relaxed);
-        activity.store(began.elapsed().as_millis() as u64, Ordering::Relaxed);
+        activity.touch();
     }
     let _ = to.shutdown().await;
 }
 
-/// Resolves once nothing has moved for `idle`.
-async fn idle_for(idle: Duration, began: Instant, activity: &AtomicU64) {
-    loop {
-        let last = began + Duration::from_millis(activity.load(Ordering::Relaxed));
-        let deadline = last + idle;
-        if Instant::now() >= deadline {
-            return;
+/// When a byte last moved on a stream, for its idle timeout; clones
+/// share it (each direction's copy touches it).
+#[derive(Debug, Clone)]
+pub(crate) struct Activity {
+    began: Instant,
+    /// Milliseconds since `began` of the last byte moved.
+    last: Arc<AtomicU64>,
+}
+
+impl Activity {
+    pub(crate) fn new() -> Activity {
+        Activity {
+            began: Instant::now(),
+            last: Arc::new(AtomicU64::new(0)),
         }
-        tokio::time::sleep_until(deadline).await;
+    }
+
+    /// Something moved now.
+    pub(crate) fn touch(&self) {
+        self.last
+            .store(self.began.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Resolves once nothing has moved for `idle`.
+    pub(crate) async fn idle_for(&self, idle: Duration) {
+        loop {
+            let last = self.began + Duration::from_millis(self.last.load(Ordering::Relaxed));
+            let deadline = last + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
     }
 }
 

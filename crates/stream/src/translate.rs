@@ -14,16 +14,14 @@
 //! Both end when either side goes, or when nothing moves for the idle
 //! timeout; neither leaves a task behind.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::time::Instant;
 
 use crate::channel::{self, Status, StatusError};
 use crate::spdy::{self, Headers};
+use crate::splice::Activity;
 use crate::ws::{self, Message, WebSocket};
 
 /// The remote-command protocols a SPDY client offers, best first
@@ -43,38 +41,6 @@ pub struct Streams {
     pub stdout: bool,
     pub stderr: bool,
     pub tty: bool,
-}
-
-/// Tracks when a byte last moved, for the idle timeout.
-#[derive(Debug, Clone)]
-struct Activity {
-    began: Instant,
-    last: Arc<AtomicU64>,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            began: Instant::now(),
-            last: Arc::new(AtomicU64::new(0)),
-        }
-    }
-
-    fn touch(&self) {
-        self.last
-            .store(self.began.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-
-    /// Resolves once nothing has moved for `idle`.
-    async fn idle_for(&self, idle: Duration) {
-        loop {
-            let last = self.began + Duration::from_millis(self.last.load(Ordering::Relaxed));
-            if Instant::now() >= last + idle {
-                return;
-            }
-            tokio::time::sleep_until(last + idle).await;
-        }
-    }
 }
 
 /// A command that exited with `code`, as the translator rebuilds it
