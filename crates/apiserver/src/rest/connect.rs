@@ -396,16 +396,7 @@ async fn spdy_to_agent(
         .dial(&location.host, location.port)
         .await
         .map_err(|e| StreamStatus::internal_error(&format!("error dialing backend: {e}")))?;
-    let authority = crate::kubelet::authority(&location.host, location.port);
-    match upgrade::request(
-        backend,
-        Method::POST,
-        &location.path_and_query,
-        &authority,
-        &spdy_headers(protocols),
-    )
-    .await
-    {
+    match spdy_upgrade(backend, location, protocols).await {
         Ok(Answer::Switched { headers, io }) => {
             let protocol = headers
                 .get(PROTOCOL_VERSION)
@@ -433,15 +424,30 @@ async fn spdy_to_agent(
 /// The header naming stream protocols (`httpstream.HeaderProtocolVersion`).
 const PROTOCOL_VERSION: &str = spdy::handshake::HEADER_PROTOCOL_VERSION;
 
-/// A SPDY upgrade's headers, one `X-Stream-Protocol-Version` per protocol.
-fn spdy_headers(protocols: &[&str]) -> HeaderMap {
+/// A SPDY upgrade of `backend` (a connection to the agent) to the
+/// stream at `location`, offering `protocols` (one
+/// `X-Stream-Protocol-Version` each), as upstream's SPDY round tripper
+/// asks: POST.
+async fn spdy_upgrade(
+    backend: tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    location: &Location,
+    protocols: &[&str],
+) -> Result<Answer, upgrade::Error> {
     let mut headers = HeaderMap::new();
     spdy::handshake::client_request_headers(&mut headers, protocols);
     headers.insert(
         header::USER_AGENT,
         HeaderValue::from_static("kube-apiserver"),
     );
-    headers
+    let authority = crate::kubelet::authority(&location.host, location.port);
+    upgrade::request(
+        backend,
+        Method::POST,
+        &location.path_and_query,
+        &authority,
+        &headers,
+    )
+    .await
 }
 
 /// A port-forward tunnelled in WebSocket (`SPDY/3.1+portforward.k8s.io`):
@@ -456,16 +462,9 @@ async fn tunnel(
     protocols: &[&str],
     on_upgrade: hyper::upgrade::OnUpgrade,
 ) -> ApiResult {
-    let authority = crate::kubelet::authority(&location.host, location.port);
-    let answer = upgrade::request(
-        backend,
-        Method::POST,
-        &location.path_and_query,
-        &authority,
-        &spdy_headers(protocols),
-    )
-    .await
-    .map_err(|e| ApiError(Status::new(500, "", format!("error dialing backend: {e}"))))?;
+    let answer = spdy_upgrade(backend, location, protocols)
+        .await
+        .map_err(|e| ApiError(Status::new(500, "", format!("error dialing backend: {e}"))))?;
     let (agent_headers, io) = match answer {
         Answer::Switched { headers, io } => (headers, io),
         Answer::Refused { status, body } => {
