@@ -42,15 +42,6 @@ fn lookup_from_host(name: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&out.stdout).to_string())
 }
 
-fn jsonpath(k: &Kubectl<'_>, args: &[&str], path: &str) -> String {
-    let mut all = args.to_vec();
-    let path = format!("jsonpath={path}");
-    all.extend(["-o", &path]);
-    let (ok, out) = k.run(&all, None);
-    assert!(ok, "{out}");
-    out.trim().to_string()
-}
-
 /// The bodies `n` requests to `ip:port` got.
 fn answers(ip: &str, port: u16, n: usize) -> BTreeSet<String> {
     (0..n)
@@ -118,9 +109,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         Duration::from_secs(90),
         &cluster,
         || {
-            let out = jsonpath(
-                &k,
-                &["get", "pods", "-l", "app=web"],
+            let out = k.jsonpath(&["get", "pods", "-l", "app=web"],
                 r#"{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
             );
             let ready: BTreeSet<String> = out
@@ -131,7 +120,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
             (ready.len() == 2).then_some(ready)
         },
     );
-    let cluster_ip = jsonpath(&k, &["get", "service", "web"], "{.spec.clusterIP}");
+    let cluster_ip = k.jsonpath(&["get", "service", "web"], "{.spec.clusterIP}");
     assert!(cluster_ip.starts_with("10.43."), "{cluster_ip}");
 
     // From the host: the ClusterIP balances over both pods.
@@ -148,11 +137,9 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
 
     // A NodePort answers on the node's addresses (its bridge's here; the
     // test reaches no other), never on loopback.
-    let gateway = rudder_api::network::Cidr::parse(&jsonpath(
-        &k,
-        &["get", "node", "e2e-node"],
-        "{.spec.podCIDR}",
-    ))
+    let gateway = rudder_api::network::Cidr::parse(
+        &k.jsonpath(&["get", "node", "e2e-node"], "{.spec.podCIDR}"),
+    )
     .expect("a podCIDR")
     .gateway()
     .to_string();
@@ -177,8 +164,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     assert!(ok, "{out}");
     let (ok, out) = k.run(&["set", "selector", "service", "web-lb", "app=web"], None);
     assert!(ok, "{out}");
-    let node_ip = jsonpath(
-        &k,
+    let node_ip = k.jsonpath(
         &["get", "node", "e2e-node"],
         r#"{.status.addresses[?(@.type=="InternalIP")].address}"#,
     );
@@ -187,8 +173,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         Duration::from_secs(30),
         &cluster,
         || {
-            let ip = jsonpath(
-                &k,
+            let ip = k.jsonpath(
                 &["get", "service", "web-lb"],
                 "{.status.loadBalancer.ingress[0].ip}",
             );
@@ -219,13 +204,10 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         None,
     );
     assert!(ok, "{out}");
-    let health_port: u16 = jsonpath(
-        &k,
-        &["get", "service", "web-lb"],
-        "{.spec.healthCheckNodePort}",
-    )
-    .parse()
-    .expect("a healthCheckNodePort");
+    let health_port: u16 = k
+        .jsonpath(&["get", "service", "web-lb"], "{.spec.healthCheckNodePort}")
+        .parse()
+        .expect("a healthCheckNodePort");
     let health = wait_for(
         "the health check node port",
         Duration::from_secs(30),
@@ -283,8 +265,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         Duration::from_secs(30),
         &cluster,
         || {
-            let out = jsonpath(
-                &k,
+            let out = k.jsonpath(
                 &[
                     "-n",
                     "kube-system",
@@ -317,7 +298,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "client"}},
           "spec": {{"restartPolicy": "Never", "containers": [{{"name": "c", "image": "{IMAGE}",
             "command": ["sh", "-c", "cat /etc/resolv.conf /etc/hosts; nslookup web.default.svc.cluster.local; nslookup web; nslookup web-headless; nslookup ext; nslookup no-such-service; for i in 1 2 3 4 5 6 7 8 9 10; do printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {cluster_ip} 80 | tail -n 1; done; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {nobody} 80 2>&1 | tail -n 1"]}}]}}}}"#,
-        nobody = jsonpath(&k, &["get", "service", "nobody"], "{.spec.clusterIP}"),
+        nobody = k.jsonpath(&["get", "service", "nobody"], "{.spec.clusterIP}"),
     );
     let (ok, out) = k.run(&["apply", "-f", "-"], Some(&client));
     assert!(ok, "{out}");
@@ -326,7 +307,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
         Duration::from_secs(60),
         &cluster,
         || {
-            let phase = jsonpath(&k, &["get", "pod", "client"], "{.status.phase}");
+            let phase = k.jsonpath(&["get", "pod", "client"], "{.status.phase}");
             (phase == "Succeeded" || phase == "Failed").then_some(())
         },
     );
@@ -350,7 +331,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     // NXDOMAIN for what does not exist.
     let pod_ips: Vec<String> = pods
         .iter()
-        .map(|p| jsonpath(&k, &["get", "pod", p], "{.status.podIP}"))
+        .map(|p| k.jsonpath(&["get", "pod", p], "{.status.podIP}"))
         .collect();
     for expected in [
         "Name:\tweb.default.svc.cluster.local".to_string(),
@@ -366,7 +347,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
             "{expected:?} in the client pod's lookups: {log}"
         );
     }
-    let client_ip = jsonpath(&k, &["get", "pod", "client"], "{.status.podIP}");
+    let client_ip = k.jsonpath(&["get", "pod", "client"], "{.status.podIP}");
     assert!(
         log.contains(&format!("{client_ip}\tclient\n")),
         "its own name in /etc/hosts: {log}"
@@ -381,7 +362,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
 
     // A Service whose selector matches nothing refuses at once (a
     // time-out would mean the packet was dropped, not rejected).
-    let nobody = jsonpath(&k, &["get", "service", "nobody"], "{.spec.clusterIP}");
+    let nobody = k.jsonpath(&["get", "service", "nobody"], "{.spec.clusterIP}");
     assert_eq!(get(&nobody, 80), Err("refused".into()));
 
     // An established connection through a Service survives the agent
@@ -399,7 +380,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     assert!(ok, "{out}");
     let (ok, out) = k.run(&["expose", "deployment", "echo", "--port=9000"], None);
     assert!(ok, "{out}");
-    let echo_ip = jsonpath(&k, &["get", "service", "echo"], "{.spec.clusterIP}");
+    let echo_ip = k.jsonpath(&["get", "service", "echo"], "{.spec.clusterIP}");
     let mut stream = wait_for(
         "a connection to the echo Service",
         Duration::from_secs(60),
@@ -426,7 +407,7 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
     assert!(ok, "{out}");
     let (ok, out) = k.run(&["set", "selector", "service", "after", "app=web"], None);
     assert!(ok, "{out}");
-    let after_ip = jsonpath(&k, &["get", "service", "after"], "{.spec.clusterIP}");
+    let after_ip = k.jsonpath(&["get", "service", "after"], "{.spec.clusterIP}");
     wait_for(
         "a Service made after the restart",
         Duration::from_secs(60),
@@ -481,5 +462,5 @@ fn services_reach_their_pods_from_pods_and_from_the_host() {
 
 /// The pod IP of `pod`.
 fn leaving_ip(k: &Kubectl<'_>, pod: &str) -> String {
-    jsonpath(k, &["get", "pod", pod], "{.status.podIP}")
+    k.jsonpath(&["get", "pod", pod], "{.status.podIP}")
 }

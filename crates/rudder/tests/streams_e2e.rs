@@ -183,15 +183,6 @@ fn apply(k: &Kubectl<'_>, manifest: &str) {
     assert!(ok, "{out}");
 }
 
-fn jsonpath(k: &Kubectl<'_>, args: &[&str], path: &str) -> String {
-    let mut all = args.to_vec();
-    let path = format!("jsonpath={path}");
-    all.extend(["-o", &path]);
-    let (ok, out) = k.run(&all, None);
-    assert!(ok, "{out}");
-    out.trim().to_string()
-}
-
 fn pod(name: &str, spec: &str) -> String {
     format!(
         r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}", "labels": {{"app": "{name}"}}}},
@@ -533,8 +524,7 @@ fn streams_reach_into_pods_with_every_client() {
     let k = cluster.kubectl(&newest, "default");
     cluster.wait_node_ready(&k);
     workloads(&k);
-    let web_pod = jsonpath(
-        &k,
+    let web_pod = k.jsonpath(
         &["get", "pods", "-l", "app=web"],
         "{.items[0].metadata.name}",
     );

@@ -86,6 +86,17 @@ pub struct Kubectl<'a> {
 }
 
 impl Kubectl<'_> {
+    /// `kubectl <args> -o jsonpath=<path>`, which must succeed: its
+    /// output, trimmed.
+    pub fn jsonpath(&self, args: &[&str], path: &str) -> String {
+        let mut all = args.to_vec();
+        let path = format!("jsonpath={path}");
+        all.extend(["-o", &path]);
+        let (ok, out) = self.run(&all, None);
+        assert!(ok, "{out}");
+        out.trim().to_string()
+    }
+
     pub fn run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
         self.run_with(args, stdin, &[])
     }
